@@ -1,0 +1,1 @@
+//! allot ledger (SQLite).
