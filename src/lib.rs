@@ -1,2 +1,33 @@
+//! # allot policy core
+//!
+//! The rules of allot, as pure functions over plain data: no Slurm, no
+//! SQLite, no files, no clock. Callers pass `now` and the data in. The Slurm
+//! plugins and the simulator call exactly these functions, so a policy
+//! change shows up in both with no second edit.
+//!
+//! - [`budget`]: the budget tree (TOML), effective shares, who may charge
+//!   and who may edit what.
+//! - [`occupancy`]: GPU-seconds per leaf over the sliding lookback window.
+//! - [`fairshare`]: the level-by-level order of allocations by
+//!   occupancy / allocation, and every number behind it.
+//! - [`order`]: the order of pending jobs and its mapping to Slurm's 32-bit
+//!   job priority.
+//! - [`contract`]: the per-job contract read from the job comment.
+//! - [`preempt`]: who may preempt whom, and when a draining node's jobs go.
 #![forbid(unsafe_code)]
-//! placeholder
+
+pub mod budget;
+pub mod contract;
+pub mod duration;
+pub mod fairshare;
+pub mod occupancy;
+pub mod order;
+pub mod preempt;
+
+/// Seconds since the Unix epoch, as Slurm's `time_t`.
+pub type UnixTime = i64;
+/// A length of time in whole seconds.
+pub type Seconds = i64;
+
+/// `allot <version> (<commit>)`, for `--version` and log lines.
+pub const BUILD: &str = env!("ALLOT_BUILD");

@@ -1,0 +1,1090 @@
+//! The budget tree: who owns what fraction of the cluster's GPU time.
+//!
+//! Managers write it as TOML. Every table under `[budget]` is a node; its
+//! `share` is a weight among its siblings, so a node's *effective share* (its
+//! fraction of the whole cluster) is the product of `share / sum of sibling
+//! shares` down its path. Leaves (nodes without children) carry the Slurm
+//! `accounts` charged to them and the `members` who may charge them.
+//!
+//! ```toml
+//! [cluster]
+//! gpus = 32                  # optional: the plugins can count GPUs themselves
+//! lookback = "7d"            # sliding window of the fair-share order
+//! min_runtime_cap = "8h"     # largest min_runtime a job may declare
+//! default_min_runtime = "1h" # a job that declares none gets this
+//! grace = "5m"               # signal-to-kill time at preemption
+//! preempt_margin = 0.1       # anti-thrash margin (see `preempt`)
+//!
+//! [default_leaf]             # for users who are members of several leaves
+//! dave = "vision/detection/tracking"
+//!
+//! [budget]                   # the root: the whole cluster
+//! owners = ["director"]
+//!
+//! [budget.vision]
+//! share = 70
+//! owners = ["alice"]
+//!
+//! [budget.vision.detection]
+//! share = 1
+//! owners = ["bob"]
+//! accounts = ["detection"]
+//! members = ["dave", "erin"]
+//! ```
+//!
+//! Node paths are written with `/` (`vision/detection`). Parsing reports every
+//! problem it finds, each with its line and TOML field, and produces nothing
+//! unless the whole file is valid.
+//!
+//! **Default leaf rule.** A job that names no account charges the submitting
+//! user's default leaf: the leaf named for them under `[default_leaf]`; else
+//! the one leaf that lists them in `members`; else the one leaf whose members
+//! include `"*"` (anyone). A user listed in several leaves must have a
+//! `[default_leaf]` entry: the file is refused otherwise, so the ambiguity is
+//! found when the budget is written, not when a job is submitted.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::ops::Range;
+
+use toml_edit::{ImDocument, Item, Table, Value};
+
+use crate::duration::{format_duration, parse_duration};
+use crate::Seconds;
+
+/// Index of a node in [`BudgetTree::nodes`]; the root is node 0.
+pub type NodeId = u32;
+/// Index of a leaf in [`BudgetTree::leaves`]: dense, for per-leaf arrays.
+pub type LeafId = u32;
+
+/// Cluster-wide knobs, from the `[cluster]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSettings {
+    /// GPUs in the cluster, if the budget says; the plugins count them
+    /// from Slurm otherwise. Only scales reports and the margin, not the order.
+    pub gpus: Option<u32>,
+    /// Length of the sliding fair-share window.
+    pub lookback: Seconds,
+    /// Largest minimum runtime a job may declare.
+    pub min_runtime_cap: Seconds,
+    /// Minimum runtime of a job whose comment declares none.
+    pub default_min_runtime: Seconds,
+    /// Time between the preemption signal and the kill.
+    pub grace: Seconds,
+    /// How far (in occupancy / allocation) a running job's allocation must be
+    /// above a waiting job's before the waiting job may preempt it.
+    pub preempt_margin: f64,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            gpus: None,
+            lookback: 7 * 24 * 3600,
+            min_runtime_cap: 8 * 3600,
+            default_min_runtime: 3600,
+            grace: 300,
+            preempt_margin: 0.1,
+        }
+    }
+}
+
+/// One node of the budget tree.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetNode {
+    /// Last path component (`detection`); empty for the root.
+    pub name: String,
+    /// Full path (`vision/detection`); empty for the root.
+    pub path: String,
+    pub parent: Option<NodeId>,
+    pub children: Vec<NodeId>,
+    /// 0 for the root, 1 for its children, ...
+    pub depth: u32,
+    /// The manager's weight among siblings (1.0 for the root).
+    pub share: f64,
+    /// Fraction of the whole cluster: product of normalized shares on the path.
+    pub effective_share: f64,
+    pub owners: Vec<String>,
+    /// Slurm accounts charged to this leaf, lowercased (Slurm lowercases them too).
+    pub accounts: Vec<String>,
+    /// Users who may charge this leaf; `"*"` means anyone.
+    pub members: Vec<String>,
+    pub description: Option<String>,
+    /// Set for leaves: index into [`BudgetTree::leaves`].
+    pub leaf: Option<LeafId>,
+    /// Line of the node's table in the source (1-based), for messages.
+    pub line: usize,
+}
+
+impl BudgetNode {
+    pub fn is_leaf(&self) -> bool {
+        self.children.is_empty() && self.parent.is_some()
+    }
+    /// The path, or `(root)` for the root, for messages.
+    pub fn display_path(&self) -> &str {
+        if self.path.is_empty() {
+            "(root)"
+        } else {
+            &self.path
+        }
+    }
+}
+
+/// A validated budget tree. Immutable once built; cheap to share.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetTree {
+    pub settings: ClusterSettings,
+    /// All nodes, parents before children (depth-first, in file order).
+    pub nodes: Vec<BudgetNode>,
+    /// Node ids of the leaves, in depth-first order.
+    pub leaves: Vec<NodeId>,
+    by_path: HashMap<String, NodeId>,
+    by_account: HashMap<String, LeafId>,
+    /// Explicit `[default_leaf]` entries.
+    default_leaf: BTreeMap<String, LeafId>,
+    /// Leaves that list the user explicitly.
+    member_of: HashMap<String, Vec<LeafId>>,
+    /// Leaves whose members include `"*"`.
+    open_leaves: Vec<LeafId>,
+}
+
+/// One problem in a budget file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetError {
+    /// 1-based line, when the problem has a place in the file.
+    pub line: Option<usize>,
+    /// The TOML field (`budget.vision.share`), or empty for the whole file.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for BudgetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.line, self.field.is_empty()) {
+            (Some(line), false) => write!(f, "line {line}: {}: {}", self.field, self.message),
+            (Some(line), true) => write!(f, "line {line}: {}", self.message),
+            (None, false) => write!(f, "{}: {}", self.field, self.message),
+            (None, true) => write!(f, "{}", self.message),
+        }
+    }
+}
+
+/// Every problem found in a budget file, in file order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetErrors(pub Vec<BudgetError>);
+
+impl BudgetErrors {
+    /// One line per error, each prefixed with `file:` the way compilers do.
+    pub fn render(&self, file: &str) -> String {
+        let mut out = String::new();
+        for e in &self.0 {
+            match e.line {
+                Some(line) => out.push_str(&format!("{file}:{line}: ")),
+                None => out.push_str(&format!("{file}: ")),
+            }
+            if !e.field.is_empty() {
+                out.push_str(&e.field);
+                out.push_str(": ");
+            }
+            out.push_str(&e.message);
+            out.push('\n');
+        }
+        out
+    }
+}
+
+impl fmt::Display for BudgetErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for BudgetErrors {}
+
+const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
+const CLUSTER_FIELDS: [&str; 6] = ["gpus", "lookback", "min_runtime_cap", "default_min_runtime", "grace", "preempt_margin"];
+const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
+
+/// Maps byte offsets to 1-based line numbers.
+struct Lines(Vec<usize>);
+
+impl Lines {
+    fn new(text: &str) -> Self {
+        Lines(std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect())
+    }
+    fn of(&self, span: Option<Range<usize>>) -> Option<usize> {
+        span.map(|r| self.0.partition_point(|&start| start <= r.start))
+    }
+}
+
+/// " (did you mean 'share'?)" when a known word is within two edits.
+fn suggestion(word: &str, known: &[&str]) -> String {
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(word, k), k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| format!(" (did you mean '{k}'?)"))
+        .unwrap_or_default()
+}
+
+fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+fn valid_user(name: &str) -> bool {
+    !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c == '/' || c == ':' || c == ',')
+}
+
+struct Parser<'a> {
+    lines: Lines,
+    errors: Vec<BudgetError>,
+    nodes: Vec<BudgetNode>,
+    _text: &'a str,
+}
+
+impl Parser<'_> {
+    fn error(&mut self, span: Option<Range<usize>>, field: impl Into<String>, message: impl Into<String>) {
+        let line = self.lines.of(span);
+        self.errors.push(BudgetError { line, field: field.into(), message: message.into() });
+    }
+
+    /// Span of `key` inside `table`, falling back to the value's span.
+    fn key_span(table: &Table, key: &str) -> Option<Range<usize>> {
+        table.key(key).and_then(|k| k.span()).or_else(|| table.get(key).and_then(Item::span))
+    }
+
+    fn string_list(&mut self, table: &Table, key: &str, field: &str) -> Vec<String> {
+        let span = Self::key_span(table, key);
+        let Some(item) = table.get(key) else { return Vec::new() };
+        let Some(array) = item.as_array() else {
+            self.error(span, field, format!("must be a list of strings, like {key} = [\"alice\"]"));
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for value in array.iter() {
+            match value.as_str() {
+                Some(s) if valid_user(s) => out.push(s.to_owned()),
+                Some(s) => self.error(value.span().or(span.clone()), field, format!("'{s}' is not a valid name (no spaces, '/', ':' or ',')")),
+                None => self.error(value.span().or(span.clone()), field, "every entry must be a quoted string"),
+            }
+        }
+        out
+    }
+
+    fn duration(&mut self, table: &Table, key: &str, default: Seconds) -> Seconds {
+        let field = format!("cluster.{key}");
+        let span = Self::key_span(table, key);
+        match table.get(key).map(|i| i.as_value()) {
+            None => default,
+            Some(Some(Value::String(s))) => match parse_duration(s.value()) {
+                Ok(secs) => secs,
+                Err(e) => {
+                    self.error(span, field, e.to_string());
+                    default
+                }
+            },
+            Some(_) => {
+                self.error(span, field, "must be a quoted duration such as \"8h\", \"7d\" or \"1h30m\"");
+                default
+            }
+        }
+    }
+
+    fn settings(&mut self, table: &Table) -> ClusterSettings {
+        let defaults = ClusterSettings::default();
+        for (key, _) in table.iter() {
+            if !CLUSTER_FIELDS.contains(&key) {
+                let span = Self::key_span(table, key);
+                self.error(
+                    span,
+                    format!("cluster.{key}"),
+                    format!("unknown setting{}; [cluster] takes {}", suggestion(key, &CLUSTER_FIELDS), CLUSTER_FIELDS.join(", ")),
+                );
+            }
+        }
+        let gpus = match table.get("gpus").map(|i| i.as_integer()) {
+            None => None,
+            Some(Some(n)) if n > 0 && n <= u32::MAX as i64 => Some(n as u32),
+            Some(_) => {
+                self.error(Self::key_span(table, "gpus"), "cluster.gpus", "must be a positive whole number of GPUs");
+                None
+            }
+        };
+        let lookback = self.duration(table, "lookback", defaults.lookback);
+        if lookback <= 0 {
+            self.error(Self::key_span(table, "lookback"), "cluster.lookback", "the lookback window must be longer than zero");
+        }
+        let min_runtime_cap = self.duration(table, "min_runtime_cap", defaults.min_runtime_cap);
+        let default_min_runtime = self.duration(table, "default_min_runtime", defaults.default_min_runtime.min(min_runtime_cap));
+        if default_min_runtime > min_runtime_cap {
+            self.error(
+                Self::key_span(table, "default_min_runtime"),
+                "cluster.default_min_runtime",
+                format!(
+                    "{} exceeds min_runtime_cap of {}",
+                    format_duration(default_min_runtime),
+                    format_duration(min_runtime_cap)
+                ),
+            );
+        }
+        let grace = self.duration(table, "grace", defaults.grace);
+        let preempt_margin = match table.get("preempt_margin").map(|i| i.as_value()) {
+            None => defaults.preempt_margin,
+            Some(Some(v)) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
+                Some(m) if m.is_finite() && m >= 0.0 => m,
+                _ => {
+                    self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", "must be a number of at least 0, such as 0.1");
+                    defaults.preempt_margin
+                }
+            },
+            Some(None) => {
+                self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", "must be a number of at least 0, such as 0.1");
+                defaults.preempt_margin
+            }
+        };
+        ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin }
+    }
+
+    /// Reads one node and, recursively, its children. Returns its id.
+    fn node(&mut self, table: &Table, name: &str, path: String, parent: Option<NodeId>, depth: u32, span: Option<Range<usize>>) -> NodeId {
+        let field = if path.is_empty() { "budget".to_owned() } else { format!("budget.{}", path.replace('/', ".")) };
+        let id = self.nodes.len() as NodeId;
+        let line = self.lines.of(table.span().or(span.clone())).unwrap_or(0);
+        self.nodes.push(BudgetNode {
+            name: name.to_owned(),
+            path: path.clone(),
+            parent,
+            children: Vec::new(),
+            depth,
+            share: 1.0,
+            effective_share: 0.0,
+            owners: Vec::new(),
+            accounts: Vec::new(),
+            members: Vec::new(),
+            description: None,
+            leaf: None,
+            line,
+        });
+
+        // Share: required on every node but the root.
+        let share_span = Self::key_span(table, "share");
+        match (parent, table.get("share")) {
+            (None, Some(_)) => self.error(share_span, format!("{field}.share"), "the root is the whole cluster and takes no share"),
+            (Some(_), None) => self.error(
+                table.span().or(span.clone()),
+                format!("{field}.share"),
+                "missing share: every node needs a positive share, its weight among its siblings",
+            ),
+            (Some(_), Some(item)) => {
+                let value = item.as_value().and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)));
+                match value {
+                    Some(s) if s.is_finite() && s > 0.0 => self.nodes[id as usize].share = s,
+                    Some(s) => self.error(share_span, format!("{field}.share"), format!("share must be a positive number, got {s}")),
+                    None => self.error(share_span, format!("{field}.share"), "share must be a positive number, such as 30 or 0.5"),
+                }
+            }
+            (None, None) => {}
+        }
+
+        let owners = self.string_list(table, "owners", &format!("{field}.owners"));
+        let accounts: Vec<String> = self.string_list(table, "accounts", &format!("{field}.accounts")).into_iter().map(|a| a.to_lowercase()).collect();
+        let members = self.string_list(table, "members", &format!("{field}.members"));
+        let description = match table.get("description") {
+            None => None,
+            Some(item) => match item.as_str() {
+                Some(s) => Some(s.to_owned()),
+                None => {
+                    self.error(Self::key_span(table, "description"), format!("{field}.description"), "must be a quoted string");
+                    None
+                }
+            },
+        };
+
+        let mut children = Vec::new();
+        for (key, item) in table.iter() {
+            if NODE_FIELDS.contains(&key) {
+                continue;
+            }
+            let key_span = Self::key_span(table, key);
+            let child_table = match item {
+                Item::Table(t) => Some(t),
+                _ => None,
+            };
+            match child_table {
+                Some(t) if valid_name(key) => {
+                    let child_path = if path.is_empty() { key.to_owned() } else { format!("{path}/{key}") };
+                    let child = self.node(t, key, child_path, Some(id), depth + 1, key_span);
+                    children.push(child);
+                }
+                Some(_) => self.error(key_span, format!("{field}.{key}"), "node names may use only letters, digits, '_' and '-'"),
+                None if item.is_inline_table() => self.error(
+                    key_span,
+                    format!("{field}.{key}"),
+                    format!("write child nodes as their own table, [{field}.{key}], not inline"),
+                ),
+                None => self.error(
+                    key_span,
+                    format!("{field}.{key}"),
+                    format!(
+                        "unknown field{}; a node takes {} (a child node is a table, [{field}.{key}])",
+                        suggestion(key, &NODE_FIELDS),
+                        NODE_FIELDS.join(", ")
+                    ),
+                ),
+            }
+        }
+
+        let is_leaf = children.is_empty() && parent.is_some();
+        if is_leaf && accounts.is_empty() {
+            self.error(
+                table.span().or(span.clone()),
+                format!("{field}.accounts"),
+                "a leaf needs accounts = [\"...\"]: the Slurm accounts its jobs charge",
+            );
+        }
+        if !is_leaf && !accounts.is_empty() {
+            self.error(
+                Self::key_span(table, "accounts"),
+                format!("{field}.accounts"),
+                "only leaves (nodes without children) are charged; move the accounts to a leaf below",
+            );
+        }
+        if !is_leaf && !members.is_empty() {
+            self.error(
+                Self::key_span(table, "members"),
+                format!("{field}.members"),
+                "only leaves (nodes without children) have members; move them to a leaf below",
+            );
+        }
+        let node = &mut self.nodes[id as usize];
+        node.owners = owners;
+        node.accounts = accounts;
+        node.members = members;
+        node.description = description;
+        node.children = children;
+        id
+    }
+}
+
+impl BudgetTree {
+    /// Parses and validates a budget file. On any problem, returns all of them.
+    pub fn parse(text: &str) -> Result<BudgetTree, BudgetErrors> {
+        let mut p = Parser { lines: Lines::new(text), errors: Vec::new(), nodes: Vec::new(), _text: text };
+        let doc = match ImDocument::parse(text) {
+            Ok(doc) => doc,
+            Err(e) => {
+                let line = p.lines.of(e.span());
+                let message = e.message().trim().to_owned();
+                return Err(BudgetErrors(vec![BudgetError { line, field: String::new(), message: format!("invalid TOML: {message}") }]));
+            }
+        };
+        let top = doc.as_table();
+        for (key, _) in top.iter() {
+            if !TOP_LEVEL.contains(&key) {
+                let span = Parser::key_span(top, key);
+                p.error(span, key, format!("unknown section{}; a budget file has [cluster], [default_leaf] and [budget]", suggestion(key, &TOP_LEVEL)));
+            }
+        }
+        let settings = match top.get("cluster") {
+            None => ClusterSettings::default(),
+            Some(Item::Table(t)) => p.settings(t),
+            Some(item) => {
+                p.error(item.span(), "cluster", "must be a table, [cluster]");
+                ClusterSettings::default()
+            }
+        };
+        match top.get("budget") {
+            Some(Item::Table(t)) => {
+                p.node(t, "", String::new(), None, 0, t.span());
+                if p.nodes[0].children.is_empty() {
+                    p.error(t.span(), "budget", "the budget tree is empty: add at least one node, such as [budget.myteam]");
+                }
+            }
+            Some(item) => p.error(item.span(), "budget", "must be a table, [budget]"),
+            None => p.error(None, "budget", "missing [budget]: the budget tree starts there"),
+        }
+        if p.nodes.is_empty() {
+            return Err(BudgetErrors(p.errors));
+        }
+
+        let mut tree = BudgetTree {
+            settings,
+            nodes: std::mem::take(&mut p.nodes),
+            leaves: Vec::new(),
+            by_path: HashMap::new(),
+            by_account: HashMap::new(),
+            default_leaf: BTreeMap::new(),
+            member_of: HashMap::new(),
+            open_leaves: Vec::new(),
+        };
+        tree.index(&mut p, top);
+        if p.errors.is_empty() {
+            Ok(tree)
+        } else {
+            p.errors.sort_by_key(|e| e.line.unwrap_or(0));
+            Err(BudgetErrors(p.errors))
+        }
+    }
+
+    /// Builds the lookup tables and effective shares; records conflicts in `p`.
+    fn index(&mut self, p: &mut Parser<'_>, top: &Table) {
+        self.nodes[0].effective_share = 1.0;
+        for id in 0..self.nodes.len() {
+            let children = self.nodes[id].children.clone();
+            let total: f64 = children.iter().map(|&c| self.nodes[c as usize].share).sum();
+            for c in children {
+                let normalized = if total > 0.0 { self.nodes[c as usize].share / total } else { 0.0 };
+                self.nodes[c as usize].effective_share = self.nodes[id].effective_share * normalized;
+            }
+        }
+        let mut account_line: HashMap<String, (usize, String)> = HashMap::new();
+        for id in 0..self.nodes.len() {
+            self.by_path.insert(self.nodes[id].path.clone(), id as NodeId);
+            if !self.nodes[id].is_leaf() {
+                continue;
+            }
+            let leaf = self.leaves.len() as LeafId;
+            self.leaves.push(id as NodeId);
+            self.nodes[id].leaf = Some(leaf);
+            let node = &self.nodes[id];
+            for account in &node.accounts {
+                if let Some((line, other)) = account_line.get(account) {
+                    p.errors.push(BudgetError {
+                        line: Some(node.line),
+                        field: format!("budget.{}.accounts", node.path.replace('/', ".")),
+                        message: format!("account '{account}' is already charged to {other} (line {line}); an account belongs to one leaf"),
+                    });
+                } else {
+                    account_line.insert(account.clone(), (node.line, node.path.clone()));
+                    self.by_account.insert(account.clone(), leaf);
+                }
+            }
+            let mut seen = BTreeSet::new();
+            for member in &node.members {
+                if !seen.insert(member.as_str()) {
+                    continue;
+                }
+                if member == "*" {
+                    self.open_leaves.push(leaf);
+                } else {
+                    self.member_of.entry(member.clone()).or_default().push(leaf);
+                }
+            }
+        }
+
+        // [default_leaf]
+        match top.get("default_leaf") {
+            None => {}
+            Some(Item::Table(t)) => {
+                for (user, item) in t.iter() {
+                    let span = Parser::key_span(t, user);
+                    let field = format!("default_leaf.{user}");
+                    let Some(path) = item.as_str() else {
+                        p.error(span, field, "must be the quoted path of a leaf, such as \"vision/detection\"");
+                        continue;
+                    };
+                    let path = path.replace('.', "/");
+                    match self.by_path.get(&path).and_then(|&n| self.nodes[n as usize].leaf) {
+                        None => p.error(span, field, format!("'{path}' is not a leaf of the budget tree")),
+                        Some(leaf) if !self.may_charge(user, leaf) => {
+                            p.error(span, field, format!("'{user}' is not a member of '{path}'"))
+                        }
+                        Some(leaf) => {
+                            self.default_leaf.insert(user.to_owned(), leaf);
+                        }
+                    }
+                }
+            }
+            Some(item) => p.error(item.span(), "default_leaf", "must be a table, [default_leaf]"),
+        }
+
+        // A user in several leaves must say which one is the default.
+        let mut ambiguous: Vec<(&String, &Vec<LeafId>)> =
+            self.member_of.iter().filter(|(user, leaves)| leaves.len() > 1 && !self.default_leaf.contains_key(*user)).collect();
+        ambiguous.sort();
+        for (user, leaves) in ambiguous {
+            let first = &self.nodes[self.leaves[leaves[0] as usize] as usize];
+            let places: Vec<String> = leaves
+                .iter()
+                .map(|&l| {
+                    let n = &self.nodes[self.leaves[l as usize] as usize];
+                    format!("{} (line {})", n.path, n.line)
+                })
+                .collect();
+            p.errors.push(BudgetError {
+                line: Some(self.nodes[self.leaves[leaves[1] as usize] as usize].line),
+                field: format!("default_leaf.{user}"),
+                message: format!(
+                    "user '{user}' is a member of {}; add {user} = \"{}\" (or another of them) under [default_leaf] to say which one their jobs charge when they name no account",
+                    places.join(" and "),
+                    first.path
+                ),
+            });
+        }
+    }
+
+    pub fn root(&self) -> &BudgetNode {
+        &self.nodes[0]
+    }
+
+    pub fn node(&self, id: NodeId) -> &BudgetNode {
+        &self.nodes[id as usize]
+    }
+
+    /// The node of a leaf.
+    pub fn leaf_node(&self, leaf: LeafId) -> &BudgetNode {
+        &self.nodes[self.leaves[leaf as usize] as usize]
+    }
+
+    /// Looks a node up by path; `.` and `/` both separate components, and the
+    /// empty path, `/` or `(root)` name the root.
+    pub fn find(&self, path: &str) -> Option<NodeId> {
+        let norm = path.trim().trim_matches('/').replace('.', "/");
+        let norm = if norm == "(root)" { String::new() } else { norm };
+        self.by_path.get(&norm).copied()
+    }
+
+    /// The leaf an account is charged to (accounts compare case-insensitively).
+    pub fn leaf_of_account(&self, account: &str) -> Option<LeafId> {
+        self.by_account.get(&account.to_lowercase()).copied()
+    }
+
+    /// Whether `user` may charge `leaf`.
+    pub fn may_charge(&self, user: &str, leaf: LeafId) -> bool {
+        let node = self.leaf_node(leaf);
+        node.members.iter().any(|m| m == user || m == "*")
+    }
+
+    /// The leaves `user` may charge, in tree order.
+    pub fn leaves_of(&self, user: &str) -> Vec<LeafId> {
+        (0..self.leaves.len() as LeafId).filter(|&l| self.may_charge(user, l)).collect()
+    }
+
+    /// The user's default leaf (see the module documentation for the rule).
+    pub fn default_leaf(&self, user: &str) -> Option<LeafId> {
+        if let Some(&leaf) = self.default_leaf.get(user) {
+            return Some(leaf);
+        }
+        match self.member_of.get(user).map(Vec::as_slice) {
+            Some([only]) => Some(*only),
+            Some([_, ..]) => None, // refused at parse time; kept safe anyway
+            _ => match self.open_leaves.as_slice() {
+                [only] => Some(*only),
+                _ => None,
+            },
+        }
+    }
+
+    /// The leaf a job charges, given its submitter and `--account`.
+    pub fn leaf_for_job(&self, user: &str, account: Option<&str>) -> Result<LeafId, LeafRefusal> {
+        let allowed = || self.leaves_of(user).iter().map(|&l| self.leaf_node(l).accounts[0].clone()).collect::<Vec<_>>();
+        match account.map(str::trim).filter(|a| !a.is_empty()) {
+            Some(account) => match self.leaf_of_account(account) {
+                None => Err(LeafRefusal::UnknownAccount { account: account.to_lowercase(), allowed: allowed() }),
+                Some(leaf) if self.may_charge(user, leaf) => Ok(leaf),
+                Some(leaf) => Err(LeafRefusal::NotMember {
+                    user: user.to_owned(),
+                    account: account.to_lowercase(),
+                    leaf: self.leaf_node(leaf).path.clone(),
+                    allowed: allowed(),
+                }),
+            },
+            None => self.default_leaf(user).ok_or_else(|| LeafRefusal::NoDefault { user: user.to_owned(), allowed: allowed() }),
+        }
+    }
+
+    /// Node ids from the root down to `id`, inclusive.
+    pub fn path_ids(&self, id: NodeId) -> Vec<NodeId> {
+        let mut out = vec![id];
+        let mut cur = id;
+        while let Some(parent) = self.nodes[cur as usize].parent {
+            out.push(parent);
+            cur = parent;
+        }
+        out.reverse();
+        out
+    }
+
+    /// Whether `user` owns `id` or one of its ancestors.
+    pub fn owns(&self, user: &str, id: NodeId) -> bool {
+        self.path_ids(id).iter().any(|&n| self.nodes[n as usize].owners.iter().any(|o| o == user))
+    }
+
+    /// Everyone who may edit the subtree at `id`: its owners and its ancestors'.
+    pub fn editors_of(&self, id: NodeId) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in self.path_ids(id).into_iter().rev() {
+            for o in &self.nodes[n as usize].owners {
+                if !out.contains(o) {
+                    out.push(o.clone());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Why a job cannot charge a leaf. The `Display` text is what the researcher sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeafRefusal {
+    UnknownAccount { account: String, allowed: Vec<String> },
+    NotMember { user: String, account: String, leaf: String, allowed: Vec<String> },
+    NoDefault { user: String, allowed: Vec<String> },
+}
+
+fn allowed_list(allowed: &[String]) -> String {
+    if allowed.is_empty() {
+        "you may use no budget yet; ask your manager to add you to one".to_owned()
+    } else {
+        format!("budgets you may use: {}", allowed.join(", "))
+    }
+}
+
+impl fmt::Display for LeafRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LeafRefusal::UnknownAccount { account, allowed } => {
+                write!(f, "account '{account}' is not in the allot budget tree; {}", allowed_list(allowed))
+            }
+            LeafRefusal::NotMember { user, account, leaf, allowed } => {
+                write!(f, "user '{user}' is not a member of budget {leaf} (account '{account}'); {}", allowed_list(allowed))
+            }
+            LeafRefusal::NoDefault { user, allowed } => {
+                write!(f, "user '{user}' has no default budget: pass --account; {}", allowed_list(allowed))
+            }
+        }
+    }
+}
+
+impl std::error::Error for LeafRefusal {}
+
+/// One difference between two versions of the budget.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BudgetChange {
+    Added { path: String },
+    Removed { path: String },
+    Share { path: String, old: f64, new: f64 },
+    Owners { path: String, old: Vec<String>, new: Vec<String> },
+    Accounts { path: String, old: Vec<String>, new: Vec<String> },
+    Members { path: String, old: Vec<String>, new: Vec<String> },
+    Description { path: String },
+    Setting { name: &'static str, old: String, new: String },
+    DefaultLeaf { user: String, old: Option<String>, new: Option<String> },
+}
+
+impl fmt::Display for BudgetChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn p(path: &str) -> &str {
+            if path.is_empty() {
+                "(root)"
+            } else {
+                path
+            }
+        }
+        match self {
+            BudgetChange::Added { path } => write!(f, "+ {}", p(path)),
+            BudgetChange::Removed { path } => write!(f, "- {}", p(path)),
+            BudgetChange::Share { path, old, new } => write!(f, "~ {} share {old} -> {new}", p(path)),
+            BudgetChange::Owners { path, old, new } => write!(f, "~ {} owners [{}] -> [{}]", p(path), old.join(", "), new.join(", ")),
+            BudgetChange::Accounts { path, old, new } => write!(f, "~ {} accounts [{}] -> [{}]", p(path), old.join(", "), new.join(", ")),
+            BudgetChange::Members { path, old, new } => write!(f, "~ {} members [{}] -> [{}]", p(path), old.join(", "), new.join(", ")),
+            BudgetChange::Description { path } => write!(f, "~ {} description", p(path)),
+            BudgetChange::Setting { name, old, new } => write!(f, "~ cluster.{name} {old} -> {new}"),
+            BudgetChange::DefaultLeaf { user, old, new } => write!(
+                f,
+                "~ default_leaf.{user} {} -> {}",
+                old.as_deref().unwrap_or("(none)"),
+                new.as_deref().unwrap_or("(none)")
+            ),
+        }
+    }
+}
+
+impl BudgetTree {
+    /// What changed from `old` to `self`, in a stable order: settings, default
+    /// leaves, then nodes in tree order (removed nodes in `old`'s order).
+    pub fn diff(&self, old: &BudgetTree) -> Vec<BudgetChange> {
+        let mut out = Vec::new();
+        let (o, n) = (&old.settings, &self.settings);
+        let mut setting = |name: &'static str, a: String, b: String| {
+            if a != b {
+                out.push(BudgetChange::Setting { name, old: a, new: b });
+            }
+        };
+        let gpus = |g: Option<u32>| g.map(|g| g.to_string()).unwrap_or_else(|| "(from Slurm)".into());
+        setting("gpus", gpus(o.gpus), gpus(n.gpus));
+        setting("lookback", format_duration(o.lookback), format_duration(n.lookback));
+        setting("min_runtime_cap", format_duration(o.min_runtime_cap), format_duration(n.min_runtime_cap));
+        setting("default_min_runtime", format_duration(o.default_min_runtime), format_duration(n.default_min_runtime));
+        setting("grace", format_duration(o.grace), format_duration(n.grace));
+        setting("preempt_margin", o.preempt_margin.to_string(), n.preempt_margin.to_string());
+
+        let leaf_path = |t: &BudgetTree, l: Option<&LeafId>| l.map(|&l| t.leaf_node(l).path.clone());
+        let users: BTreeSet<&String> = old.default_leaf.keys().chain(self.default_leaf.keys()).collect();
+        for user in users {
+            let (a, b) = (leaf_path(old, old.default_leaf.get(user)), leaf_path(self, self.default_leaf.get(user)));
+            if a != b {
+                out.push(BudgetChange::DefaultLeaf { user: user.clone(), old: a, new: b });
+            }
+        }
+
+        for node in &self.nodes {
+            let Some(&old_id) = old.by_path.get(&node.path) else {
+                out.push(BudgetChange::Added { path: node.path.clone() });
+                continue;
+            };
+            let was = old.node(old_id);
+            let path = node.path.clone();
+            if was.share != node.share {
+                out.push(BudgetChange::Share { path: path.clone(), old: was.share, new: node.share });
+            }
+            if was.owners != node.owners {
+                out.push(BudgetChange::Owners { path: path.clone(), old: was.owners.clone(), new: node.owners.clone() });
+            }
+            if was.accounts != node.accounts {
+                out.push(BudgetChange::Accounts { path: path.clone(), old: was.accounts.clone(), new: node.accounts.clone() });
+            }
+            if was.members != node.members {
+                out.push(BudgetChange::Members { path: path.clone(), old: was.members.clone(), new: node.members.clone() });
+            }
+            if was.description != node.description {
+                out.push(BudgetChange::Description { path });
+            }
+        }
+        for node in &old.nodes {
+            if !self.by_path.contains_key(&node.path) {
+                out.push(BudgetChange::Removed { path: node.path.clone() });
+            }
+        }
+        out
+    }
+
+    /// Checks that `user` may make every change from `old` to `self`.
+    ///
+    /// The rule: an owner of a node may edit everything strictly inside its
+    /// subtree, plus its own owners, accounts, members and description. A
+    /// node's share, and adding or removing it, change its siblings'
+    /// effective shares, so they belong to the owners of its parent. Cluster
+    /// settings belong to the root's owners; a `[default_leaf]` entry to
+    /// whoever owns both the old and the new leaf. Admins (root, the Slurm
+    /// user) may do anything: pass `is_admin`.
+    pub fn authorize(&self, old: &BudgetTree, user: &str, is_admin: bool) -> Result<(), Vec<PermissionRefusal>> {
+        if is_admin {
+            return Ok(());
+        }
+        let mut refusals = Vec::new();
+        // `tree` is where the node lives (new for added, old for removed).
+        let mut need = |change: &BudgetChange, tree: &BudgetTree, path: &str, of_parent: bool| {
+            let Some(id) = tree.find(path) else { return };
+            let target = if of_parent { tree.node(id).parent.unwrap_or(0) } else { id };
+            if !tree.owns(user, target) {
+                refusals.push(PermissionRefusal {
+                    change: change.to_string(),
+                    needs: tree.node(target).display_path().to_owned(),
+                    editors: tree.editors_of(target),
+                });
+            }
+        };
+        for change in self.diff(old) {
+            match &change {
+                BudgetChange::Added { path } => need(&change, self, path, true),
+                BudgetChange::Removed { path } => need(&change, old, path, true),
+                BudgetChange::Share { path, .. } => need(&change, self, path, true),
+                BudgetChange::Owners { path, .. }
+                | BudgetChange::Accounts { path, .. }
+                | BudgetChange::Members { path, .. }
+                | BudgetChange::Description { path } => {
+                    // Both before and after: giving a node away also needs the old owner's consent.
+                    need(&change, old, path, false);
+                }
+                BudgetChange::Setting { .. } => need(&change, self, "", false),
+                BudgetChange::DefaultLeaf { old: a, new: b, .. } => {
+                    if let Some(a) = a {
+                        need(&change, old, a, false);
+                    }
+                    if let Some(b) = b {
+                        need(&change, self, b, false);
+                    }
+                }
+            }
+        }
+        if refusals.is_empty() {
+            Ok(())
+        } else {
+            Err(refusals)
+        }
+    }
+}
+
+/// A change the user may not make, and who may.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionRefusal {
+    pub change: String,
+    /// The node whose owners may make it.
+    pub needs: String,
+    pub editors: Vec<String>,
+}
+
+impl fmt::Display for PermissionRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let who = if self.editors.is_empty() { "an admin".to_owned() } else { format!("{} or an admin", self.editors.join(", ")) };
+        write!(f, "'{}' needs an owner of {}: {who}", self.change, self.needs)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LAB: &str = r#"
+[cluster]
+gpus = 32
+lookback = "7d"
+
+[default_leaf]
+dave = "vision/tracking"
+
+[budget]
+owners = ["director"]
+
+[budget.vision]
+share = 70
+owners = ["alice"]
+
+[budget.vision.tracking]
+share = 1
+owners = ["carol"]
+accounts = ["Tracking"]
+members = ["dave"]
+
+[budget.vision.segmentation]
+share = 1
+accounts = ["seg"]
+members = ["dave", "erin"]
+
+[budget.nlp]
+share = 30
+owners = ["frank"]
+accounts = ["nlp"]
+members = ["*"]
+"#;
+
+    fn lab() -> BudgetTree {
+        BudgetTree::parse(LAB).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn effective_shares_are_products_of_normalized_shares() {
+        let t = lab();
+        let eff = |p: &str| t.node(t.find(p).unwrap()).effective_share;
+        assert!((eff("vision") - 0.7).abs() < 1e-12);
+        assert!((eff("vision/tracking") - 0.35).abs() < 1e-12);
+        assert!((eff("nlp") - 0.3).abs() < 1e-12);
+        assert_eq!(t.leaves.len(), 3);
+        assert_eq!(t.settings.gpus, Some(32));
+    }
+
+    #[test]
+    fn jobs_find_their_leaf() {
+        let t = lab();
+        let path = |r: Result<LeafId, LeafRefusal>| t.leaf_node(r.unwrap()).path.clone();
+        assert_eq!(path(t.leaf_for_job("dave", None)), "vision/tracking");
+        assert_eq!(path(t.leaf_for_job("dave", Some("SEG"))), "vision/segmentation");
+        assert_eq!(path(t.leaf_for_job("erin", None)), "vision/segmentation");
+        // Not listed anywhere: the one open leaf.
+        assert_eq!(path(t.leaf_for_job("zoe", None)), "nlp");
+        let refusal = t.leaf_for_job("erin", Some("tracking")).unwrap_err();
+        let text = refusal.to_string();
+        assert!(text.contains("not a member of budget vision/tracking"), "{text}");
+        assert!(text.contains("seg, nlp"), "{text}");
+        assert!(matches!(t.leaf_for_job("erin", Some("nope")), Err(LeafRefusal::UnknownAccount { .. })));
+    }
+
+    fn errors(text: &str) -> Vec<BudgetError> {
+        match BudgetTree::parse(text) {
+            Ok(_) => panic!("accepted a bad budget:\n{text}"),
+            Err(e) => e.0,
+        }
+    }
+
+    #[test]
+    fn bad_files_name_line_and_field() {
+        let e = errors("[budget]\n[budget.a]\nshare = 0\naccounts = [\"a\"]\n");
+        assert_eq!(e[0].line, Some(3));
+        assert_eq!(e[0].field, "budget.a.share");
+        assert!(e[0].message.contains("positive"));
+
+        let e = errors("[budget]\n[budget.a]\nshare = nan\naccounts = [\"a\"]\n");
+        assert!(e[0].message.contains("positive"), "{:?}", e);
+
+        let e = errors("[budget]\n[budget.a]\nshares = 2\naccounts = [\"a\"]\n");
+        assert!(e.iter().any(|e| e.line == Some(3) && e.message.contains("did you mean 'share'")), "{e:?}");
+
+        let e = errors("[cluster]\nlookbak = \"7d\"\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n");
+        assert!(e[0].message.contains("did you mean 'lookback'"), "{e:?}");
+        assert_eq!(e[0].line, Some(2));
+
+        let e = errors("[cluster]\nmin_runtime_cap = \"8 hours\"\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n");
+        assert_eq!(e[0].field, "cluster.min_runtime_cap");
+        assert_eq!(e[0].line, Some(2));
+
+        let e = errors("[budget]\nowners = [\"x\"]\n");
+        assert!(e[0].message.contains("empty"), "{e:?}");
+
+        let e = errors("[cluster]\ngpus = 8\n");
+        assert!(e[0].message.contains("missing [budget]"), "{e:?}");
+
+        let e = errors("[budget]\n[budget.a]\nshare = 1\naccounts = [\"x\"]\n[budget.b]\nshare = 1\naccounts = [\"X\"]\n");
+        assert!(e[0].message.contains("already charged to a (line 2)"), "{e:?}");
+        assert_eq!(e[0].line, Some(5));
+
+        let e = errors("[budget]\n[budget.a]\nshare = 1\n");
+        assert!(e[0].message.contains("a leaf needs accounts"), "{e:?}");
+
+        // TOML itself refuses duplicate tables, with the line.
+        let e = errors("[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.a]\nshare = 2\n");
+        assert!(e[0].message.contains("invalid TOML"), "{e:?}");
+        assert_eq!(e[0].line, Some(5));
+    }
+
+    #[test]
+    fn ambiguous_member_needs_a_default() {
+        let text = LAB.replace("dave = \"vision/tracking\"", "");
+        let e = errors(&text);
+        assert!(e[0].message.contains("user 'dave' is a member of vision/tracking"), "{e:?}");
+        assert!(e[0].message.contains("[default_leaf]"), "{e:?}");
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let e = errors("[budget]\n[budget.a]\nshare = -1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\n[budget.c]\nshare = 1\naccounts = [\"c\"]\nfoo = 3\n");
+        assert_eq!(e.len(), 3, "{e:?}");
+        assert_eq!(e.iter().map(|e| e.line.unwrap()).collect::<Vec<_>>(), vec![3, 5, 10]);
+    }
+
+    #[test]
+    fn diff_and_permissions() {
+        let old = lab();
+        // carol owns vision/tracking: may change its members, not its share.
+        let members = BudgetTree::parse(&LAB.replace("members = [\"dave\"]", "members = [\"dave\", \"gus\"]")).unwrap();
+        assert!(members.authorize(&old, "carol", false).is_ok());
+        let share = BudgetTree::parse(&LAB.replacen("share = 1\nowners = [\"carol\"]", "share = 5\nowners = [\"carol\"]", 1)).unwrap();
+        assert_eq!(share.diff(&old).len(), 1);
+        let refused = share.authorize(&old, "carol", false).unwrap_err();
+        assert_eq!(refused.len(), 1);
+        assert!(refused[0].to_string().contains("needs an owner of vision: alice, director or an admin"), "{}", refused[0]);
+        assert!(share.authorize(&old, "alice", false).is_ok());
+        assert!(share.authorize(&old, "director", false).is_ok());
+        assert!(share.authorize(&old, "mallory", true).is_ok());
+        let settings = BudgetTree::parse(&LAB.replace("gpus = 32", "gpus = 64")).unwrap();
+        assert!(settings.authorize(&old, "alice", false).is_err());
+        assert!(settings.authorize(&old, "director", false).is_ok());
+    }
+}

@@ -1,0 +1,224 @@
+//! Hierarchical fair-share: which allocation is most owed, level by level.
+//!
+//! Every node's *allocation* is its effective share of the cluster's GPU time
+//! over the window: `effective_share x capacity_gpus x lookback` GPU-seconds.
+//! Its *ratio* is its charged occupancy in the window (its subtree's) divided
+//! by that. At each level, siblings are ordered by ratio, lowest (most owed)
+//! first; a node with no use has ratio 0 and so comes first. Walking the tree
+//! depth-first in that order gives every leaf a rank: the lineage of Slurm's
+//! Fair Tree and YARN's Fair Scheduler, with occupancy as the input.
+//!
+//! **Ties** (most often: several unused siblings) go to the larger effective
+//! share, then to the name in byte order, so the order is deterministic.
+//! Ratios are compared at a resolution of 1e-9 (one billionth of the node's
+//! allocation) so that rounding noise in the shares cannot reorder nodes.
+
+use crate::budget::{BudgetTree, LeafId, NodeId};
+use crate::{Seconds, UnixTime};
+
+/// Where one node stands in the window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Standing {
+    /// Charged GPU-seconds of the node's subtree in the window.
+    pub usage: i64,
+    /// GPU-seconds the node is owed over the window.
+    pub allocation: f64,
+    /// `usage / allocation`: 0 is unused, 1 is exactly its share.
+    pub ratio: f64,
+    /// Position among its siblings, 0 first.
+    pub sibling_rank: u32,
+    /// Number of siblings, itself included.
+    pub siblings: u32,
+}
+
+/// The fair-share order at one moment, and every number behind it.
+#[derive(Debug, Clone)]
+pub struct Ranking {
+    pub now: UnixTime,
+    pub capacity_gpus: u32,
+    pub lookback: Seconds,
+    /// The anti-thrash margin, from the budget's settings.
+    pub preempt_margin: f64,
+    /// By [`NodeId`].
+    pub standings: Vec<Standing>,
+    /// Rank of every leaf, 0 best, by [`LeafId`].
+    pub leaf_rank: Vec<u32>,
+    /// Leaves, best first.
+    pub leaves_in_order: Vec<LeafId>,
+    parent: Vec<NodeId>,
+    depth: Vec<u32>,
+    leaf_node: Vec<NodeId>,
+}
+
+/// Ratio resolution: one billionth of a node's allocation.
+const RATIO_SCALE: f64 = 1e9;
+
+fn ratio_key(ratio: f64) -> u64 {
+    // `as` saturates: an infinite ratio sorts last, NaN (never produced) first.
+    (ratio * RATIO_SCALE).round() as u64
+}
+
+impl Ranking {
+    /// Ranks the tree's nodes given each leaf's charged GPU-seconds in the
+    /// window (`charged[leaf]`, see [`crate::occupancy`]).
+    pub fn compute(tree: &BudgetTree, charged: &[i64], capacity_gpus: u32, now: UnixTime) -> Ranking {
+        let lookback = tree.settings.lookback;
+        let n = tree.nodes.len();
+        let capacity = capacity_gpus.max(1) as f64 * lookback.max(1) as f64;
+        let mut usage = vec![0i64; n];
+        for (leaf, &node) in tree.leaves.iter().enumerate() {
+            usage[node as usize] = charged.get(leaf).copied().unwrap_or(0);
+        }
+        // Nodes are stored parents-first, so one reverse pass sums subtrees.
+        for id in (1..n).rev() {
+            let parent = tree.nodes[id].parent.unwrap_or(0) as usize;
+            usage[parent] += usage[id];
+        }
+        let mut standings: Vec<Standing> = tree
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(id, node)| {
+                let allocation = node.effective_share * capacity;
+                let ratio = if usage[id] == 0 { 0.0 } else { usage[id] as f64 / allocation };
+                Standing { usage: usage[id], allocation, ratio, sibling_rank: 0, siblings: 1 }
+            })
+            .collect();
+
+        // Order siblings, then walk depth-first.
+        let mut ordered_children: Vec<Vec<NodeId>> = Vec::with_capacity(n);
+        for node in &tree.nodes {
+            let mut kids = node.children.clone();
+            kids.sort_by(|&a, &b| {
+                let (na, nb) = (&tree.nodes[a as usize], &tree.nodes[b as usize]);
+                ratio_key(standings[a as usize].ratio)
+                    .cmp(&ratio_key(standings[b as usize].ratio))
+                    .then(nb.effective_share.total_cmp(&na.effective_share))
+                    .then_with(|| na.name.cmp(&nb.name))
+            });
+            let count = kids.len() as u32;
+            for (rank, &k) in kids.iter().enumerate() {
+                standings[k as usize].sibling_rank = rank as u32;
+                standings[k as usize].siblings = count;
+            }
+            ordered_children.push(kids);
+        }
+        let mut leaves_in_order = Vec::with_capacity(tree.leaves.len());
+        let mut stack: Vec<NodeId> = vec![0];
+        while let Some(id) = stack.pop() {
+            if let Some(leaf) = tree.nodes[id as usize].leaf {
+                leaves_in_order.push(leaf);
+            }
+            stack.extend(ordered_children[id as usize].iter().rev());
+        }
+        let mut leaf_rank = vec![0u32; tree.leaves.len()];
+        for (rank, &leaf) in leaves_in_order.iter().enumerate() {
+            leaf_rank[leaf as usize] = rank as u32;
+        }
+        Ranking {
+            now,
+            capacity_gpus,
+            lookback,
+            preempt_margin: tree.settings.preempt_margin,
+            standings,
+            leaf_rank,
+            leaves_in_order,
+            parent: tree.nodes.iter().map(|nd| nd.parent.unwrap_or(0)).collect(),
+            depth: tree.nodes.iter().map(|nd| nd.depth).collect(),
+            leaf_node: tree.leaves.clone(),
+        }
+    }
+
+    pub fn leaves(&self) -> usize {
+        self.leaf_rank.len()
+    }
+
+    /// The node of a leaf.
+    pub fn node_of(&self, leaf: LeafId) -> NodeId {
+        self.leaf_node[leaf as usize]
+    }
+
+    /// Where the paths of two leaves part: the two sibling nodes, one on
+    /// each path, whose comparison decides which leaf ranks higher. `None`
+    /// for the same leaf.
+    pub fn divergence(&self, a: LeafId, b: LeafId) -> Option<(NodeId, NodeId)> {
+        let (mut x, mut y) = (self.node_of(a), self.node_of(b));
+        if x == y {
+            return None;
+        }
+        while self.depth[x as usize] > self.depth[y as usize] {
+            x = self.parent[x as usize];
+        }
+        while self.depth[y as usize] > self.depth[x as usize] {
+            y = self.parent[y as usize];
+        }
+        // Leaves have no children, so neither leaf is an ancestor of the other
+        // and the two climbs meet strictly above x and y.
+        while self.parent[x as usize] != self.parent[y as usize] {
+            x = self.parent[x as usize];
+            y = self.parent[y as usize];
+        }
+        Some((x, y))
+    }
+
+    /// Node ids from the root's child down to the leaf: the levels at which
+    /// the leaf was ranked, for explanations.
+    pub fn levels_of(&self, leaf: LeafId) -> Vec<NodeId> {
+        let mut out = Vec::new();
+        let mut cur = self.node_of(leaf);
+        while cur != 0 {
+            out.push(cur);
+            cur = self.parent[cur as usize];
+        }
+        out.reverse();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TREE: &str = r#"
+[cluster]
+lookback = "10h"
+[budget]
+[budget.a]
+share = 3
+[budget.a.x]
+share = 1
+accounts = ["ax"]
+[budget.a.y]
+share = 1
+accounts = ["ay"]
+[budget.b]
+share = 1
+accounts = ["b"]
+"#;
+
+    #[test]
+    fn ranks_level_by_level() {
+        let t = BudgetTree::parse(TREE).unwrap();
+        let (ax, ay, b) = (0, 1, 2);
+        // 4 GPUs, 10 h: a owns 30 GPU-hours, b 10; x and y 15 each.
+        // a used 15 GPU-h (ratio 0.5), all of it by x; b used 8 (ratio 0.8).
+        let h = 3600;
+        let r = Ranking::compute(&t, &[15 * h, 0, 8 * h], 4, 0);
+        assert!((r.standings[t.find("a").unwrap() as usize].ratio - 0.5).abs() < 1e-12);
+        assert!((r.standings[t.find("b").unwrap() as usize].ratio - 0.8).abs() < 1e-12);
+        // y unused first, then x (ratio 1.0) still above b: a beat b one level up.
+        assert_eq!(r.leaves_in_order, vec![ay, ax, b]);
+        assert_eq!(r.divergence(ax, b), Some((t.find("a").unwrap(), t.find("b").unwrap())));
+        assert_eq!(r.divergence(ax, ay), Some((t.find("a/x").unwrap(), t.find("a/y").unwrap())));
+        assert_eq!(r.divergence(b, b), None);
+        assert_eq!(r.levels_of(ax), vec![t.find("a").unwrap(), t.find("a/x").unwrap()]);
+    }
+
+    #[test]
+    fn unused_ties_go_to_the_larger_share_then_the_name() {
+        let t = BudgetTree::parse(TREE).unwrap();
+        let r = Ranking::compute(&t, &[0, 0, 0], 4, 0);
+        // a (0.75) before b (0.25); x before y by name.
+        assert_eq!(r.leaves_in_order, vec![0, 1, 2]);
+    }
+}
