@@ -23,6 +23,7 @@ pub mod fairshare;
 pub mod occupancy;
 pub mod order;
 pub mod preempt;
+pub mod synthetic;
 
 /// Seconds since the Unix epoch, as Slurm's `time_t`.
 pub type UnixTime = i64;

@@ -1,0 +1,235 @@
+//! Properties of the policy core that must hold for every budget tree, every
+//! usage pattern and every contract, checked with proptest.
+
+use allot::budget::{BudgetTree, LeafId};
+use allot::contract::{parse_comment, Contract, ContractRules, PriorityLevel};
+use allot::duration::{format_duration, parse_duration};
+use allot::fairshare::Ranking;
+use allot::occupancy::{usage_in_window, Interval, OccupancyWindow};
+use allot::order::{order_jobs, PendingJob, PriorityMap};
+use proptest::prelude::*;
+
+/// A random tree: node i (1-based) hangs under an earlier node; shares are
+/// positive. Returned as budget TOML.
+fn tree_toml(parents: &[usize], shares: &[f64], scale: f64) -> String {
+    let n = parents.len();
+    let mut path = vec![String::new(); n + 1];
+    let mut has_child = vec![false; n + 1];
+    for i in 1..=n {
+        let p = parents[i - 1] % i; // 0 is the root
+        path[i] = if p == 0 { format!("n{i}") } else { format!("{}.n{i}", path[p]) };
+        has_child[p] = true;
+    }
+    let mut out = String::from("[cluster]\nlookback = \"1d\"\n[budget]\n");
+    for i in 1..=n {
+        out.push_str(&format!("[budget.{}]\nshare = {:?}\n", path[i], shares[i - 1] * scale));
+        if !has_child[i] {
+            out.push_str(&format!("accounts = [\"acct{i}\"]\n"));
+        }
+    }
+    out
+}
+
+fn arb_tree() -> impl Strategy<Value = (Vec<usize>, Vec<f64>)> {
+    (1usize..40).prop_flat_map(|n| (prop::collection::vec(0usize..1000, n), prop::collection::vec(0.01f64..100.0, n)))
+}
+
+/// Per-leaf usage where about half the leaves are unused.
+fn arb_usage() -> impl Strategy<Value = Vec<i64>> {
+    prop::collection::vec(prop_oneof![Just(0i64), 1i64..1_000_000], 40)
+}
+
+fn parse(text: &str) -> BudgetTree {
+    BudgetTree::parse(text).unwrap_or_else(|e| panic!("{e}\n{text}"))
+}
+
+static COMPARED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+#[test]
+fn unused_sibling_property_compares_something() {
+    an_unused_sibling_ranks_above_used_ones();
+    assert!(COMPARED.load(std::sync::atomic::Ordering::Relaxed) > 100, "the generator made too few unused siblings");
+}
+
+proptest! {
+    #[test]
+    fn effective_shares_of_the_leaves_sum_to_one((parents, shares) in arb_tree()) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let sum: f64 = t.leaves.iter().map(|&n| t.node(n).effective_share).sum();
+        prop_assert!((sum - 1.0).abs() < 1e-9, "sum {sum}");
+        // And each leaf's share is the product down its path.
+        for &leaf in &t.leaves {
+            let mut product = 1.0;
+            for id in t.path_ids(leaf).into_iter().skip(1) {
+                let node = t.node(id);
+                let siblings: f64 = t.node(node.parent.unwrap()).children.iter().map(|&c| t.node(c).share).sum();
+                product *= node.share / siblings;
+            }
+            prop_assert!((product - t.node(leaf).effective_share).abs() < 1e-12);
+        }
+    }
+
+    #[test]
+    fn scaling_every_share_leaves_the_order_unchanged(
+        (parents, shares) in arb_tree(),
+        scale in 0.001f64..1000.0,
+        usage in arb_usage(),
+    ) {
+        let a = parse(&tree_toml(&parents, &shares, 1.0));
+        let b = parse(&tree_toml(&parents, &shares, scale));
+        let usage = &usage[..a.leaves.len().min(usage.len())];
+        let ra = Ranking::compute(&a, usage, 8, 0);
+        let rb = Ranking::compute(&b, usage, 8, 0);
+        prop_assert_eq!(ra.leaves_in_order, rb.leaves_in_order);
+    }
+
+    #[test]
+    fn an_unused_sibling_ranks_above_used_ones(
+        (parents, shares) in arb_tree(),
+        usage in arb_usage(),
+    ) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let charged: Vec<i64> = (0..t.leaves.len()).map(|i| usage.get(i).copied().unwrap_or(0)).collect();
+        let r = Ranking::compute(&t, &charged, 8, 0);
+        let mut compared = 0;
+        for node in &t.nodes {
+            let kids = &node.children;
+            for &unused in kids.iter().filter(|&&k| r.standings[k as usize].usage == 0) {
+                for &used in kids.iter().filter(|&&k| r.standings[k as usize].usage > 0) {
+                    prop_assert!(r.standings[unused as usize].sibling_rank < r.standings[used as usize].sibling_rank);
+                    compared += 1;
+                }
+            }
+        }
+        // Count the cases that compared something, so a generator that never
+        // makes unused siblings cannot pass vacuously.
+        COMPARED.fetch_add(compared, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    #[test]
+    fn more_use_never_improves_a_rank(
+        (parents, shares) in arb_tree(),
+        usage in arb_usage(),
+        which in 0usize..40,
+        extra in 1i64..1_000_000,
+    ) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let mut charged: Vec<i64> = (0..t.leaves.len()).map(|i| usage.get(i).copied().unwrap_or(0)).collect();
+        let leaf = which % t.leaves.len();
+        let before = Ranking::compute(&t, &charged, 8, 0).leaf_rank[leaf];
+        charged[leaf] += extra;
+        let after = Ranking::compute(&t, &charged, 8, 0).leaf_rank[leaf];
+        prop_assert!(after >= before, "rank went from {before} to {after}");
+    }
+
+    #[test]
+    fn durations_round_trip(secs in 0i64..(3650 * 86400)) {
+        prop_assert_eq!(parse_duration(&format_duration(secs)), Ok(secs));
+    }
+
+    #[test]
+    fn contracts_round_trip(
+        min_runtime in 0i64..=8 * 3600,
+        level in prop::sample::select(vec![PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High]),
+        words in prop::collection::vec("[a-zA-Z0-9_.:/-]{1,12}", 0..5),
+    ) {
+        let rules = ContractRules { min_runtime_cap: 8 * 3600, default_min_runtime: 3600 };
+        let contract = Contract { min_runtime, priority: level };
+        let comment = format!("{} {}", words.join(" "), contract.canonical());
+        let parsed = parse_comment(&comment, rules).unwrap();
+        prop_assert_eq!(parsed.contract, contract);
+        prop_assert_eq!(&parsed.other_text, &words.join(" "));
+        // The canonical comment is a fixed point.
+        let again = parse_comment(&parsed.canonical_comment(), rules).unwrap();
+        prop_assert_eq!(again, parsed);
+    }
+
+    #[test]
+    fn the_incremental_window_equals_the_batch_sum(
+        runs in prop::collection::vec((0u32..3, 1u32..9, 0i64..500, 1i64..200, any::<bool>()), 0..40),
+        probes in prop::collection::vec(0i64..800, 1..10),
+        lookback in 1i64..300,
+    ) {
+        let intervals: Vec<Interval> = runs
+            .iter()
+            .map(|&(leaf, gpus, start, len, allocated)| Interval { leaf, gpus, start, end: Some(start + len), allocated })
+            .collect();
+        // Feed the window every start and stop in time order, probing as we go.
+        let mut events: Vec<(i64, u32, i64)> = Vec::new();
+        for iv in intervals.iter().filter(|iv| iv.allocated) {
+            events.push((iv.start, iv.leaf, iv.gpus as i64));
+            events.push((iv.end.unwrap(), iv.leaf, -(iv.gpus as i64)));
+        }
+        events.sort();
+        let mut probes = probes;
+        probes.sort();
+        let mut window = OccupancyWindow::new(3, lookback, 0);
+        let mut next = 0;
+        for probe in probes {
+            while next < events.len() && events[next].0 <= probe {
+                let (t, leaf, d) = events[next];
+                window.change(leaf, t, d);
+                next += 1;
+            }
+            let mut incremental = Vec::new();
+            window.usage_all(probe, &mut incremental);
+            // The batch sum only counts runs that have started by `probe`,
+            // and ends them at `probe` if they are still going.
+            let seen: Vec<Interval> = intervals
+                .iter()
+                .filter(|iv| iv.start <= probe)
+                .map(|iv| Interval { end: iv.end.filter(|&e| e <= probe), ..*iv })
+                .collect();
+            let batch = usage_in_window(&seen, 3, probe, lookback);
+            prop_assert_eq!(incremental, batch.charged, "at t={}", probe);
+        }
+    }
+
+    #[test]
+    fn priorities_follow_the_order_and_arrivals_slot_in(
+        (parents, shares) in arb_tree(),
+        usage in prop::collection::vec(0i64..1_000_000, 40),
+        jobs in prop::collection::vec((0u32..40, any::<bool>(), 0u8..3, 0i64..1000), 1..200),
+        arrivals in prop::collection::vec((0u32..40, any::<bool>(), 0u8..3), 0..50),
+    ) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let leaves = t.leaves.len() as u32;
+        let charged: Vec<i64> = (0..t.leaves.len()).map(|i| usage.get(i).copied().unwrap_or(0)).collect();
+        let r = Ranking::compute(&t, &charged, 8, 0);
+        let level = |l: u8| [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High][l as usize];
+        let mut all: Vec<PendingJob> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, &(leaf, allocated, l, submit))| PendingJob {
+                job_id: i as u32 + 1,
+                leaf: leaf % leaves as LeafId,
+                allocated,
+                priority: level(l),
+                submit_time: submit,
+            })
+            .collect();
+        let (mut map, mut prio) = PriorityMap::build(&r, &all);
+        // Strictly decreasing along the order: no ties.
+        let order = order_jobs(&r, &all);
+        for w in order.windows(2) {
+            prop_assert!(prio[w[0]] > prio[w[1]]);
+        }
+        // New jobs, later than everything, land where a recompute would put them.
+        for (k, &(leaf, allocated, l)) in arrivals.iter().enumerate() {
+            let job = PendingJob {
+                job_id: 10_000 + k as u32,
+                leaf: leaf % leaves as LeafId,
+                allocated,
+                priority: level(l),
+                submit_time: 5_000 + k as i64,
+            };
+            prio.push(map.assign_new(&r, &job));
+            all.push(job);
+        }
+        prop_assert!(!map.exhausted);
+        let order = order_jobs(&r, &all);
+        for w in order.windows(2) {
+            prop_assert!(prio[w[0]] > prio[w[1]], "{:?} then {:?}", all[w[0]], all[w[1]]);
+        }
+    }
+}
