@@ -1,0 +1,195 @@
+//! Budget versions: append-only history of every synced budget file.
+
+use allot::budget::BudgetTree;
+use rusqlite::{params, OptionalExtension};
+
+use crate::{Ledger, Result};
+
+/// One synced version of the budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetVersion {
+    pub version: i64,
+    pub synced_at: i64,
+    pub author: String,
+    pub source: String,
+    pub toml: String,
+    /// One change per line, from the previous version (empty for the first).
+    pub changes: String,
+}
+
+impl BudgetVersion {
+    /// The tree this version holds. It was validated when synced, so an
+    /// error here means the ledger was edited by hand (or allot changed its
+    /// rules): callers keep their last good tree.
+    pub fn tree(&self) -> std::result::Result<BudgetTree, allot::budget::BudgetErrors> {
+        BudgetTree::parse(&self.toml)
+    }
+}
+
+/// What a sync did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SyncOutcome {
+    /// A new version was written.
+    Written { version: i64, changes: Vec<String> },
+    /// The file is byte-for-byte the current version: nothing written.
+    Unchanged { version: i64 },
+}
+
+fn join(list: &[String]) -> String {
+    list.join(",")
+}
+
+impl Ledger {
+    /// Writes `tree` (parsed from `toml`) as a new budget version, atomically,
+    /// with the changes from the current version. `tree` must be the result
+    /// of parsing `toml`: the caller validated it (and checked permissions)
+    /// before opening the ledger, so a bad file never touches it.
+    pub fn sync_budget(&mut self, toml: &str, tree: &BudgetTree, author: &str, source: &str, now: i64) -> Result<SyncOutcome> {
+        self.write(|tx| {
+            let current: Option<(i64, String)> = tx
+                .query_row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            if let Some((version, text)) = &current {
+                if text == toml {
+                    return Ok(SyncOutcome::Unchanged { version: *version });
+                }
+            }
+            let changes: Vec<String> = match &current {
+                None => tree.nodes.iter().skip(1).map(|n| format!("+ {}", n.path)).collect(),
+                Some((_, text)) => match BudgetTree::parse(text) {
+                    Ok(old) => {
+                        let diff: Vec<String> = tree.diff(&old).iter().map(|c| c.to_string()).collect();
+                        if diff.is_empty() {
+                            vec!["(comments or layout only)".to_owned()]
+                        } else {
+                            diff
+                        }
+                    }
+                    Err(_) => vec!["(previous version unreadable; whole tree replaced)".to_owned()],
+                },
+            };
+            let version = current.map_or(1, |(v, _)| v + 1);
+            tx.execute(
+                "INSERT INTO budget_versions (version, synced_at, author, source, toml, changes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![version, now, author, source, toml, changes.join("\n")],
+            )?;
+            let mut insert = tx.prepare(
+                "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?;
+            for node in &tree.nodes {
+                insert.execute(params![
+                    version,
+                    node.path,
+                    node.share,
+                    node.effective_share,
+                    node.is_leaf(),
+                    join(&node.owners),
+                    join(&node.accounts),
+                    join(&node.members)
+                ])?;
+            }
+            Ok(SyncOutcome::Written { version, changes })
+        })
+    }
+
+    /// The newest budget version, if any was ever synced.
+    pub fn current_budget(&self) -> Result<Option<BudgetVersion>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC LIMIT 1",
+                [],
+                row_to_version,
+            )
+            .optional()
+        })
+    }
+
+    /// The newest version number, cheaply: lets a reader skip re-reading an
+    /// unchanged budget.
+    pub fn current_budget_version(&self) -> Result<Option<i64>> {
+        self.read(|c| c.query_row("SELECT max(version) FROM budget_versions", [], |r| r.get(0)))
+    }
+
+    /// One version by number.
+    pub fn budget_version(&self, version: i64) -> Result<Option<BudgetVersion>> {
+        self.read(|c| {
+            c.query_row(
+                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions WHERE version = ?1",
+                [version],
+                row_to_version,
+            )
+            .optional()
+        })
+    }
+
+    /// Every version, newest first.
+    pub fn budget_history(&self) -> Result<Vec<BudgetVersion>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC")?;
+            let rows = stmt.query_map([], row_to_version)?;
+            rows.collect()
+        })
+    }
+
+    /// Node rows of one version: (path, share, effective share, is_leaf), in
+    /// path order. For reports in SQL's terms and for consistency checks.
+    pub fn budget_nodes(&self, version: i64) -> Result<Vec<(String, f64, f64, bool)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ?1 ORDER BY path")?;
+            let rows = stmt.query_map([version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
+            rows.collect()
+        })
+    }
+
+    /// The newest version and its node rows, read as one snapshot.
+    pub fn current_budget_with_nodes(&self) -> Result<Option<(BudgetVersion, Vec<(String, f64, f64, bool)>)>> {
+        self.read(|c| {
+            let Some(v) = c
+                .query_row(
+                    "SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC LIMIT 1",
+                    [],
+                    row_to_version,
+                )
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let mut stmt = c.prepare("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ?1 ORDER BY path")?;
+            let nodes = stmt.query_map([v.version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Some((v, nodes)))
+        })
+    }
+}
+
+fn row_to_version(r: &rusqlite::Row<'_>) -> rusqlite::Result<BudgetVersion> {
+    Ok(BudgetVersion { version: r.get(0)?, synced_at: r.get(1)?, author: r.get(2)?, source: r.get(3)?, toml: r.get(4)?, changes: r.get(5)? })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const V1: &str = "[budget]\nowners=[\"boss\"]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
+
+    #[test]
+    fn versions_are_appended_with_their_changes() {
+        let mut l = Ledger::in_memory().unwrap();
+        let t1 = BudgetTree::parse(V1).unwrap();
+        assert_eq!(l.sync_budget(V1, &t1, "boss", "b.toml", 100).unwrap(), SyncOutcome::Written { version: 1, changes: vec!["+ a".into(), "+ b".into()] });
+        assert_eq!(l.sync_budget(V1, &t1, "boss", "b.toml", 101).unwrap(), SyncOutcome::Unchanged { version: 1 });
+        let v2 = V1.replace("[budget.b]\nshare=1", "[budget.b]\nshare=3");
+        let t2 = BudgetTree::parse(&v2).unwrap();
+        assert_eq!(l.sync_budget(&v2, &t2, "boss", "b.toml", 102).unwrap(), SyncOutcome::Written { version: 2, changes: vec!["~ b share 1 -> 3".into()] });
+        let history = l.budget_history().unwrap();
+        assert_eq!(history.iter().map(|v| v.version).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(l.current_budget_version().unwrap(), Some(2));
+        let nodes = l.budget_nodes(2).unwrap();
+        assert_eq!(nodes.len(), 3);
+        assert!((nodes.iter().find(|n| n.0 == "b").unwrap().2 - 0.75).abs() < 1e-12);
+        // History cannot be rewritten, even with SQL.
+        let e = l.conn.execute("UPDATE budget_versions SET author = 'mallory'", []).unwrap_err();
+        assert!(e.to_string().contains("append-only"), "{e}");
+        assert!(l.conn.execute("DELETE FROM budget_nodes", []).is_err());
+    }
+}

@@ -1,0 +1,80 @@
+//! The usage the order was last computed from.
+//!
+//! The priority plugin computes per-leaf usage every period and stores it
+//! here; the preempt plugin and `allot why` rebuild the very same ranking from
+//! it with [`allot::fairshare::Ranking::compute`], so every reader agrees with
+//! the order Slurm was given.
+
+use allot::budget::BudgetTree;
+use rusqlite::{params, OptionalExtension};
+
+use crate::{Ledger, Result};
+
+/// One leaf's usage in the window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeafUsage {
+    pub leaf: String,
+    /// Charged GPU-seconds.
+    pub charged: i64,
+    /// Unallocated GPU-seconds (never charged; reported).
+    pub unallocated: i64,
+}
+
+/// Usage of every leaf at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageSnapshot {
+    pub computed_at: i64,
+    pub budget_version: i64,
+    pub capacity_gpus: u32,
+    pub leaves: Vec<LeafUsage>,
+}
+
+impl UsageSnapshot {
+    pub(crate) fn write(&self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+        tx.execute("DELETE FROM usage_snapshot", [])?;
+        let mut insert = tx.prepare_cached("INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES (?1, ?2, ?3)")?;
+        for l in &self.leaves {
+            insert.execute(params![l.leaf, l.charged, l.unallocated])?;
+        }
+        tx.execute(
+            "INSERT INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, ?1, ?2, ?3)
+             ON CONFLICT(id) DO UPDATE SET computed_at = excluded.computed_at, budget_version = excluded.budget_version,
+                 capacity_gpus = excluded.capacity_gpus",
+            params![self.computed_at, self.budget_version, self.capacity_gpus],
+        )?;
+        Ok(())
+    }
+
+    /// Charged GPU-seconds by the tree's [`allot::budget::LeafId`]; leaves
+    /// the snapshot does not know count as unused.
+    pub fn charged_for(&self, tree: &BudgetTree) -> Vec<i64> {
+        let mut out = vec![0; tree.leaves.len()];
+        for l in &self.leaves {
+            if let Some(leaf) = tree.find(&l.leaf).and_then(|id| tree.node(id).leaf) {
+                out[leaf as usize] = l.charged;
+            }
+        }
+        out
+    }
+}
+
+impl Ledger {
+    /// The latest usage snapshot, if the priority plugin ever wrote one.
+    pub fn usage_snapshot(&self) -> Result<Option<UsageSnapshot>> {
+        self.read(|c| {
+            let Some((computed_at, budget_version, capacity_gpus)) = c
+                .query_row("SELECT computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta WHERE id = 1", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .optional()?
+            else {
+                return Ok(None);
+            };
+            let mut stmt = c.prepare("SELECT leaf, charged, unallocated FROM usage_snapshot ORDER BY leaf")?;
+            let leaves = stmt
+                .query_map([], |r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(Some(UsageSnapshot { computed_at, budget_version, capacity_gpus, leaves }))
+        })
+    }
+}
