@@ -1,0 +1,265 @@
+//! `allot budget show|set|add|remove`.
+//!
+//! Edits go to the budget file (the one last synced, or `--file`), keeping
+//! its comments and layout, then through the same validate-authorize-sync
+//! path as `allot sync`. The file is replaced only after the ledger accepted
+//! the new version.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use allot::budget::NodeId;
+use allot::fairshare::Ranking;
+use allot_ledger::Ledger;
+use anyhow::{anyhow, bail, Context};
+use toml_edit::{value, Array, DocumentMut, Item, Table};
+
+use crate::identity::Actor;
+use crate::sync::{report, sync_text};
+
+#[derive(clap::Subcommand)]
+pub enum BudgetCommand {
+    /// Show the budget tree (or the subtree at NODE) with shares, effective
+    /// percentages, owners and, when the plugins have recorded usage, how much
+    /// of its allocation each node has used in the window.
+    Show {
+        /// A node path such as vision/detection.
+        node: Option<String>,
+        /// Show an older version.
+        #[arg(long)]
+        version: Option<i64>,
+    },
+    /// Change fields of a node: share=N, owners=a,b, accounts=x,y, members=u,v, description=TEXT.
+    Set {
+        node: String,
+        #[arg(required = true, value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        /// The budget file to edit (default: the file last synced).
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Add a node: allot budget add vision/newteam share=1 accounts=newteam members=u1,u2.
+    Add {
+        node: String,
+        #[arg(required = true, value_name = "FIELD=VALUE")]
+        fields: Vec<String>,
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Remove a node and everything below it.
+    Remove {
+        node: String,
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+}
+
+pub fn run(cmd: BudgetCommand, ledger: &Path, now: i64) -> anyhow::Result<()> {
+    match cmd {
+        BudgetCommand::Show { node, version } => show(ledger, node.as_deref(), version),
+        BudgetCommand::Set { node, fields, file } => edit(ledger, file, now, |doc| set_fields(doc, &node, &fields, false)),
+        BudgetCommand::Add { node, fields, file } => edit(ledger, file, now, |doc| set_fields(doc, &node, &fields, true)),
+        BudgetCommand::Remove { node, file } => edit(ledger, file, now, |doc| remove(doc, &node)),
+    }
+}
+
+fn percent(x: f64) -> String {
+    format!("{:.2}%", x * 100.0)
+}
+
+fn show(ledger_path: &Path, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
+    let ledger = Ledger::open_read_only(ledger_path)?;
+    let v = match version {
+        Some(n) => ledger.budget_version(n)?.ok_or_else(|| anyhow!("budget version {n} does not exist"))?,
+        None => ledger.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", ledger_path.display()))?,
+    };
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    let start = match node {
+        Some(path) => tree.find(path).ok_or_else(|| anyhow!("no node '{path}' in budget version {}", v.version))?,
+        None => 0,
+    };
+    // Usage, when the plugins have recorded it for this very version.
+    let ranking = ledger.usage_snapshot()?.filter(|s| s.budget_version == v.version).map(|s| {
+        let capacity = tree.settings.gpus.unwrap_or(s.capacity_gpus);
+        (Ranking::compute(&tree, &s.charged_for(&tree), capacity, s.computed_at), s.computed_at)
+    });
+
+    let s = &tree.settings;
+    println!(
+        "budget version {} synced {} by {} from {}",
+        v.version,
+        crate::format_time(v.synced_at),
+        v.author,
+        v.source
+    );
+    println!(
+        "cluster: GPUs {}, lookback {}, min_runtime cap {}, default min_runtime {}, grace {}, preempt margin {}",
+        s.gpus.map(|g| g.to_string()).unwrap_or_else(|| "counted by Slurm".into()),
+        allot::duration::format_duration(s.lookback),
+        allot::duration::format_duration(s.min_runtime_cap),
+        allot::duration::format_duration(s.default_min_runtime),
+        allot::duration::format_duration(s.grace),
+        s.preempt_margin
+    );
+    if let Some((_, at)) = &ranking {
+        println!("usage: window ending {} (USED = share of its allocation used; RANK = fair-share order of leaves)", crate::format_time(*at));
+    }
+    println!();
+    let mut rows: Vec<[String; 6]> = vec![["NODE".into(), "SHARE".into(), "CLUSTER".into(), "USED".into(), "RANK".into(), "OWNERS / ACCOUNTS / MEMBERS".into()]];
+    let mut stack: Vec<(NodeId, String, bool)> = vec![(start, String::new(), true)];
+    let top_depth = tree.node(start).depth;
+    while let Some((id, prefix, last)) = stack.pop() {
+        let n = tree.node(id);
+        let branch = if n.depth == top_depth { String::new() } else { format!("{prefix}{}", if last { "└─ " } else { "├─ " }) };
+        let label = if n.path.is_empty() { "(root)".to_owned() } else { n.name.clone() };
+        let (used, rank) = match &ranking {
+            Some((r, _)) => (
+                format!("{:.2}", r.standings[id as usize].ratio),
+                n.leaf.map(|l| (r.leaf_rank[l as usize] + 1).to_string()).unwrap_or_default(),
+            ),
+            None => (String::new(), String::new()),
+        };
+        let mut who = n.owners.join(",");
+        if n.is_leaf() {
+            who = format!("{who} / {} / {}", n.accounts.join(","), n.members.join(","));
+        }
+        rows.push([
+            format!("{branch}{label}"),
+            if n.parent.is_some() { format!("{}", n.share) } else { String::new() },
+            percent(n.effective_share),
+            used,
+            rank,
+            who,
+        ]);
+        let child_prefix = if n.depth == top_depth { String::new() } else { format!("{prefix}{}", if last { "   " } else { "│  " }) };
+        for (i, &c) in n.children.iter().enumerate().rev() {
+            stack.push((c, child_prefix.clone(), i + 1 == n.children.len()));
+        }
+    }
+    let widths: Vec<usize> = (0..6).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = std::io::stdout().lock();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let pad = widths[c] - cell.chars().count();
+            if c == 1 || c == 2 || c == 3 || c == 4 {
+                line.push_str(&" ".repeat(pad));
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                if c + 1 < r.len() {
+                    line.push_str(&" ".repeat(pad));
+                }
+            }
+            line.push_str("  ");
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
+/// The TOML keys of a node path: `vision/detection` -> ["budget", "vision", "detection"].
+fn keys_of(path: &str) -> anyhow::Result<Vec<String>> {
+    let norm = path.trim().trim_matches('/').replace('.', "/");
+    if norm.is_empty() {
+        bail!("name a node below the root, such as vision/detection");
+    }
+    Ok(std::iter::once("budget".to_owned()).chain(norm.split('/').map(str::to_owned)).collect())
+}
+
+fn table_at<'a>(doc: &'a mut DocumentMut, keys: &[String]) -> Option<&'a mut Table> {
+    let mut t = doc.as_table_mut();
+    for k in keys {
+        t = t.get_mut(k)?.as_table_mut()?;
+    }
+    Some(t)
+}
+
+fn list(v: &str) -> Array {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty()).collect()
+}
+
+fn set_fields(doc: &mut DocumentMut, node: &str, fields: &[String], add: bool) -> anyhow::Result<String> {
+    let keys = keys_of(node)?;
+    let (name, parent_keys) = keys.split_last().expect("keys_of returns at least two keys");
+    let exists = table_at(doc, &keys).is_some();
+    if add && exists {
+        bail!("node '{node}' already exists; use `allot budget set` to change it");
+    }
+    if !add && !exists {
+        bail!("no node '{node}' in the budget file; use `allot budget add` to create it");
+    }
+    if add {
+        // A table without a position is printed right after the table
+        // visited before it: its parent's last descendant, where a person
+        // would have written it.
+        let parent = table_at(doc, parent_keys).ok_or_else(|| anyhow!("no parent node '{}' for '{node}'", parent_keys[1..].join("/")))?;
+        parent.insert(name, Item::Table(Table::new()));
+    }
+    let table = table_at(doc, &keys).expect("exists or was just added");
+    let mut summary = Vec::new();
+    for field in fields {
+        let (k, v) = field.split_once('=').ok_or_else(|| anyhow!("'{field}' is not FIELD=VALUE (fields: share, owners, accounts, members, description)"))?;
+        match k {
+            "share" => {
+                let share: f64 = v.parse().map_err(|_| anyhow!("share={v}: not a number"))?;
+                if share.fract() == 0.0 && share.abs() < 1e15 {
+                    table["share"] = value(share as i64);
+                } else {
+                    table["share"] = value(share);
+                }
+            }
+            "owners" | "accounts" | "members" => table[k] = value(list(v)),
+            "description" => table["description"] = value(v),
+            _ => bail!("unknown field '{k}' (fields: share, owners, accounts, members, description)"),
+        }
+        summary.push(field.clone());
+    }
+    Ok(format!("{} {node} {}", if add { "add" } else { "set" }, summary.join(" ")))
+}
+
+fn remove(doc: &mut DocumentMut, node: &str) -> anyhow::Result<String> {
+    let keys = keys_of(node)?;
+    let (name, parent_keys) = keys.split_last().expect("keys_of returns at least two keys");
+    let parent = table_at(doc, parent_keys).ok_or_else(|| anyhow!("no node '{node}' in the budget file"))?;
+    if parent.remove(name).is_none() {
+        bail!("no node '{node}' in the budget file");
+    }
+    Ok(format!("remove {node}"))
+}
+
+/// Applies `change` to the budget file, syncs the result, then replaces the file.
+fn edit(ledger: &Path, file: Option<PathBuf>, now: i64, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<String>) -> anyhow::Result<()> {
+    let file = match file {
+        Some(f) => f,
+        None => {
+            let l = Ledger::open_read_only(ledger)?;
+            let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget synced yet: pass --file FILE.toml"))?;
+            PathBuf::from(v.source)
+        }
+    };
+    let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read budget file {} (pass --file)", file.display()))?;
+    let mut doc: DocumentMut = text.parse().map_err(|e| anyhow!("{}: invalid TOML: {e}", file.display()))?;
+    let what = change(&mut doc)?;
+    let new_text = doc.to_string();
+    let actor = Actor::current(ledger)?;
+    let outcome = sync_text(ledger, &new_text, &file.display().to_string(), &actor, now)?;
+    write_atomically(&file, &new_text).with_context(|| format!("the ledger has the new version, but {} could not be rewritten", file.display()))?;
+    println!("{what}");
+    report(&outcome, ledger);
+    Ok(())
+}
+
+/// Replaces `path` with `text` via a temporary file and a rename, keeping
+/// the file's permissions.
+pub fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(text.as_bytes())?;
+    tmp.as_file().sync_all()?;
+    if let Ok(meta) = std::fs::metadata(path) {
+        std::fs::set_permissions(tmp.path(), meta.permissions())?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
