@@ -1,0 +1,499 @@
+#!/usr/bin/env bash
+# A real four-node Slurm 22.05.8 cluster on this one machine, for allot's demo
+# and integration tests: its own munged, one slurmctld and four slurmd
+# (n1..n4, 8 fake GPUs each), everything under one directory.
+#
+# Usage:
+#   scripts/cluster.sh up DIR [--plugins stock|allot]
+#   scripts/cluster.sh down DIR
+#   scripts/cluster.sh env DIR        # eval "$(scripts/cluster.sh env DIR)"
+#   scripts/cluster.sh logs DIR [N]   # last N (default 40) lines of every log
+#   scripts/cluster.sh status DIR     # daemons alive? and sinfo
+#   scripts/cluster.sh restart-ctld DIR  # restart slurmctld only (reloads plugins)
+#
+# up       creates DIR if needed, wipes its Slurm state, spool, logs and pids
+#          (keeping DIR/plugins, the munge key and DIR/ledger.db), writes
+#          DIR/etc/{slurm.conf,gres.conf,slurm-PLUGINS.conf,allot.conf} from
+#          conf/, starts the daemons and waits until the four nodes are idle.
+#          --plugins stock (default) uses Slurm's own plugins
+#          (conf/slurm-stock.conf); --plugins allot first installs allot's
+#          plugins from cargo's target/release into DIR/plugins
+#          (scripts/install-plugins.sh) and uses conf/slurm-allot.conf.
+#          A DIR whose daemons are still running is refused: run `down` first.
+#          On failure it prints the daemon logs and stops what it started.
+# down     cancels all jobs, stops every daemon it recorded (SIGTERM, SIGKILL
+#          after a timeout) and any slurmstepd left from this cluster. Safe on
+#          a half-started or already stopped cluster. Keeps DIR's files.
+#
+# Environment:
+#   ALLOT_PORT_BASE   slurmctld listens on BASE, slurmd n1..n4 on BASE+1..BASE+4
+#                     (default 17000). Two clusters need different DIRs and
+#                     bases at least 5 apart (e.g. 17000 and 17100).
+#   ALLOT_UP_TIMEOUT  seconds `up` waits for four idle nodes (default 30).
+#   ALLOT_RECOMPUTE_PERIOD, ALLOT_GRACE_TIME  written into DIR/etc/allot.conf
+#                     (defaults 2 and 5 seconds: test speed).
+#   CARGO_TARGET_DIR  where --plugins allot finds the built plugins.
+#
+# Needs root (SlurmUser=root, mknod) and scripts/install-deps.sh's packages.
+set -euo pipefail
+
+readonly NODES=(n1 n2 n3 n4)
+readonly GPUS_PER_NODE=8
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly repo_root
+
+say() { printf 'cluster: %s\n' "$*"; }
+die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
+
+# ---------------------------------------------------------------------------
+# Paths and process bookkeeping
+
+# set_paths DIR [create]: resolve DIR (creating it only for `up`).
+set_paths() {
+    local dir=$1
+    if [[ ${2:-} == create ]]; then mkdir -p "$dir"; fi
+    [[ -d $dir ]] || die "$dir does not exist"
+    DIR=$(cd "$dir" && pwd -P)
+    # Slurm's config parser splits on whitespace and sed below uses '|': keep
+    # the path simple rather than quote it everywhere.
+    [[ $DIR =~ ^[A-Za-z0-9_./+-]+$ ]] \
+        || die "DIR '$DIR' may only contain letters, digits and _ . / + -"
+    ETC=$DIR/etc
+    CONF=$ETC/slurm.conf
+    PIDS=$DIR/pids
+    LOGS=$DIR/log
+    export SLURM_CONF=$CONF
+}
+
+# Our own record of each daemon: DIR/pids/NAME.pid holds the PID we started.
+# The process must still have the expected command name, so a recycled PID is
+# never signalled.
+expected_comm() {
+    case $1 in
+        munged) echo munged ;;
+        slurmctld) echo slurmctld ;;
+        slurmd-*) echo slurmd ;;
+        *) return 1 ;;
+    esac
+}
+
+# Prints the PID if daemon NAME is running, else nothing (and returns 1).
+live_pid() {
+    local name=$1 pid comm
+    [[ -r $PIDS/$name.pid ]] || return 1
+    pid=$(<"$PIDS/$name.pid")
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+    [[ $comm == "$(expected_comm "$name")" ]] || return 1
+    # A zombie (reaped later by its parent) counts as gone.
+    pid_alive "$pid" || return 1
+    echo "$pid"
+}
+
+daemon_names() {
+    local n
+    echo munged slurmctld
+    for n in "${NODES[@]}"; do echo "slurmd-$n"; done
+}
+
+# Start a daemon that runs in the foreground (-D / -F), detached from this
+# shell's session so it outlives the script and its terminal, and record its PID.
+start_daemon() {
+    local name=$1; shift
+    # No job control in a script: the background child is not a process-group
+    # leader, so setsid(1) calls setsid() and execs without forking and $! is
+    # the daemon itself (checked by live_pid's command-name test).
+    setsid "$@" </dev/null >>"$LOGS/$name.stderr" 2>&1 &
+    local pid=$! deadline=$((SECONDS + 5))
+    echo "$pid" >"$PIDS/$name.pid"
+    # Until the exec has happened the child is still called bash or setsid;
+    # live_pid (and so every liveness check) needs the daemon's own name.
+    until live_pid "$name" >/dev/null; do
+        if ! pid_alive "$pid"; then
+            die "$name exited as soon as it started; see $LOGS/$name.stderr below"
+        fi
+        if ((SECONDS >= deadline)); then
+            die "$name did not start within 5 s (pid $pid is still $(cat "/proc/$pid/comm" 2>/dev/null))"
+        fi
+        sleep 0.01
+    done
+}
+
+# True if PID exists and is not a zombie.
+pid_alive() {
+    local state
+    state=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) || return 1
+    [[ -n $state && $state != Z ]]
+}
+
+# ---------------------------------------------------------------------------
+# down
+
+# All descendants of a PID (children first found by scanning /proc).
+descendants() {
+    local parent=$1 child
+    for child in $(pgrep -P "$parent" 2>/dev/null || true); do
+        echo "$child"
+        descendants "$child"
+    done
+}
+
+# Slurm processes left over from this cluster once its recorded daemons are
+# gone: slurmstepd (and slurmscriptd, a forked slurmctld) holding a file under
+# DIR open; each keeps its daemon's log, DIR/log/..., open. Their environment
+# is no help: slurmstepd writes its process title over it.
+leftover_procs() {
+    local pid fd target name
+    for pid in $(for name in slurmstepd slurmscriptd slurmctld slurmd munged; do pgrep -x "$name" || true; done); do
+        for fd in /proc/"$pid"/fd/*; do
+            target=$(readlink "$fd" 2>/dev/null) || continue
+            if [[ $target == "$DIR"/* ]]; then
+                echo "$pid"
+                break
+            fi
+        done
+    done
+}
+
+# Wait until none of the given daemon names is alive; SIGKILL after $2 seconds.
+wait_gone() {
+    local timeout=$1; shift
+    local deadline=$((SECONDS + timeout)) name pid alive
+    while :; do
+        alive=()
+        for name in "$@"; do
+            if pid=$(live_pid "$name"); then alive+=("$name:$pid"); fi
+        done
+        [[ ${#alive[@]} -eq 0 ]] && return 0
+        if ((SECONDS >= deadline)); then
+            say "still alive after ${timeout}s, sending SIGKILL: ${alive[*]}"
+            for name in "${alive[@]}"; do kill -KILL "${name#*:}" 2>/dev/null || true; done
+            sleep 0.5
+            return 0
+        fi
+        sleep 0.2
+    done
+}
+
+cmd_down() {
+    local name pid names=() leftovers
+    local started=$SECONDS
+    # 1. Cancel every job while slurmctld can still do it cleanly: a job left
+    #    running keeps its slurmstepd (and the job) alive after slurmd exits.
+    if live_pid slurmctld >/dev/null && live_pid munged >/dev/null; then
+        local jobs
+        jobs=$(timeout 10 squeue -h -o %A 2>/dev/null || true)
+        if [[ -n $jobs ]]; then
+            say "cancelling $(wc -w <<<"$jobs") job(s)"
+            # shellcheck disable=SC2086  # one job id per word
+            timeout 20 scancel $jobs 2>/dev/null || true
+            # Until nothing runs or completes any more (epilogs, step teardown).
+            local deadline=$((SECONDS + 15))
+            while ((SECONDS < deadline)); do
+                [[ -z $(timeout 5 squeue -h -t R,CG,CF,S,SO,SI -o %A 2>/dev/null || true) ]] && break
+                sleep 0.3
+            done
+        fi
+    fi
+    # 2. slurmd and slurmctld together (slurmd takes ~2 s), munged last: the
+    #    others may still talk to it while shutting down.
+    for name in $(daemon_names); do
+        [[ $name == munged ]] && continue
+        if pid=$(live_pid "$name"); then
+            kill -TERM "$pid" 2>/dev/null || true
+            names+=("$name")
+        fi
+    done
+    [[ ${#names[@]} -gt 0 ]] && say "stopping ${names[*]}"
+    wait_gone 20 "${names[@]+"${names[@]}"}"
+    if pid=$(live_pid munged); then
+        kill -TERM "$pid" 2>/dev/null || true
+        wait_gone 10 munged
+    fi
+    # 3. Whatever slurmstepd (and job processes under it) this cluster left.
+    leftovers=$(leftover_procs)
+    if [[ -n $leftovers ]]; then
+        local all=()
+        for pid in $leftovers; do
+            all+=("$pid")
+            while read -r child; do all+=("$child"); done < <(descendants "$pid")
+        done
+        say "killing leftover Slurm and job processes: ${all[*]}"
+        kill -KILL "${all[@]}" 2>/dev/null || true
+    fi
+    # Dead daemons are reaped by init (they were detached from this shell);
+    # give it a moment so that a `pgrep slurm` right after `down` is empty.
+    local deadline=$((SECONDS + 3)) f
+    while ((SECONDS < deadline)); do
+        local left=0
+        for f in "$PIDS"/*.pid; do
+            [[ -s $f && -e /proc/$(<"$f") ]] && left=1
+        done
+        ((left == 0)) && break
+        sleep 0.1
+    done
+    rm -f "$PIDS"/*.pid
+    say "down: $DIR ($((SECONDS - started))s)"
+}
+
+# ---------------------------------------------------------------------------
+# up
+
+port_in_use() {
+    # A successful TCP connect means somebody listens there.
+    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+find_system_plugin_dir() {
+    local d
+    if [[ -n ${ALLOT_SYSTEM_PLUGIN_DIR:-} ]]; then echo "$ALLOT_SYSTEM_PLUGIN_DIR"; return; fi
+    for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
+        if [[ -f $d/select_cons_tres.so ]]; then echo "$d"; return; fi
+    done
+    die "Slurm's plugin directory (with select_cons_tres.so) not found; run scripts/install-deps.sh or set ALLOT_SYSTEM_PLUGIN_DIR"
+}
+
+print_logs() {
+    local n=${1:-40} f
+    for f in "$LOGS"/*; do
+        [[ -s $f ]] || continue
+        # A daemon run with -D writes its log to stderr too: show NAME.stderr
+        # only when there is no NAME.log (munged; or a daemon that died before
+        # opening its log file).
+        [[ $f == *.stderr && -s ${f%.stderr}.log ]] && continue
+        printf '==> %s <==\n' "$f"
+        tail -n "$n" "$f"
+    done
+}
+
+# Render a template: @KEY@ -> value for each KEY=value argument.
+render() {
+    local template=$1 out=$2; shift 2
+    local args=() kv
+    for kv in "$@"; do args+=(-e "s|@${kv%%=*}@|${kv#*=}|g"); done
+    sed "${args[@]}" "$template" >"$out.tmp"
+    if grep -q '@[A-Z_]*@' "$out.tmp"; then
+        rm -f "$out.tmp"
+        die "unsubstituted placeholder in $out: $(sed "${args[@]}" "$template" | grep -o '@[A-Z_]*@' | sort -u | tr '\n' ' ')"
+    fi
+    mv "$out.tmp" "$out"
+}
+
+# Replace the value of KEY= in an allot.conf copy; the key must be there.
+set_allot_key() {
+    local file=$1 key=$2 value=$3
+    grep -q "^$key=" "$file" || die "conf/allot.conf has no $key= line"
+    sed -i "s|^$key=.*|$key=$value|" "$file"
+}
+
+cmd_up() {
+    local plugins=$1
+    local start_ns tool
+    start_ns=$(date +%s%N)
+    [[ $(id -u) -eq 0 ]] || die "must run as root (SlurmUser=root, mknod)"
+    for tool in munged mungekey slurmctld slurmd sinfo squeue scancel scontrol setsid pgrep; do
+        command -v "$tool" >/dev/null || die "$tool not found: run scripts/install-deps.sh"
+    done
+
+    local name pid
+    for name in $(daemon_names); do
+        if pid=$(live_pid "$name"); then
+            die "a cluster is already running in $DIR ($name, pid $pid): run 'scripts/cluster.sh down $DIR' first"
+        fi
+    done
+
+    local base=${ALLOT_PORT_BASE:-17000}
+    if ! [[ $base =~ ^[0-9]+$ ]] || ((base < 1024 || base + ${#NODES[@]} > 65535)); then
+        die "ALLOT_PORT_BASE=$base: need a number in 1024..65530"
+    fi
+    local port
+    for ((port = base; port <= base + ${#NODES[@]}; port++)); do
+        port_in_use "$port" && die "port $port is in use (another cluster? set ALLOT_PORT_BASE)"
+    done
+
+    # Plugins before anything else: nothing to clean up if they are missing.
+    mkdir -p "$DIR/plugins"
+    if [[ $plugins == allot ]]; then
+        "$repo_root/scripts/install-plugins.sh" "$DIR/plugins"
+    fi
+
+    # Fresh Slurm state each time (job ids restart at 1); keep plugins, munge
+    # key and allot's ledger.
+    rm -rf "$DIR/state" "$DIR/spool" "$DIR/run" "$DIR/tmp" "$LOGS" "$PIDS" "$ETC" "$DIR/munge/run"
+    mkdir -p "$DIR/state" "$DIR/run" "$DIR/tmp" "$LOGS" "$PIDS" "$ETC" "$DIR/dev"
+    for name in "${NODES[@]}"; do mkdir -p "$DIR/spool/$name"; done
+    # Jobs of ordinary users (e.g. nobody) run scripts slurmstepd writes under
+    # the spool directory and devices under DIR/dev: DIR must be traversable.
+    chmod 0755 "$DIR"
+    if command -v runuser >/dev/null && ! runuser -u nobody -- test -x "$DIR/spool" 2>/dev/null; then
+        say "warning: user nobody cannot reach $DIR (a parent directory is not world-searchable); non-root jobs will fail"
+    fi
+
+    # munge: key in a 0700 directory, socket in a 0755 one (munged insists).
+    install -d -m 0700 "$DIR/munge" "$DIR/munge/key" "$DIR/munge/lib"
+    install -d -m 0755 "$DIR/munge/run"
+    chmod 0755 "$DIR/munge" # the socket directory below it must be reachable by clients
+    if [[ ! -s $DIR/munge/key/munge.key ]]; then
+        mungekey --create --keyfile="$DIR/munge/key/munge.key"
+    fi
+    chmod 0600 "$DIR/munge/key/munge.key"
+
+    # Fake GPUs: /dev/null clones (character devices, which slurmd requires).
+    local i
+    for ((i = 0; i < GPUS_PER_NODE; i++)); do
+        [[ -c $DIR/dev/nvidia$i ]] || mknod -m 0666 "$DIR/dev/nvidia$i" c 1 3
+    done
+
+    # Configuration. The snippet is copied verbatim except for its
+    # SchedulerParameters line, which slurm.conf merges (see its template).
+    local snippet=$repo_root/conf/slurm-$plugins.conf sched
+    [[ -f $snippet ]] || die "$snippet missing"
+    sched=$(sed -n 's/^SchedulerParameters=//p' "$snippet" | tail -n 1)
+    [[ -n $sched ]] || die "$snippet has no SchedulerParameters line"
+    {
+        echo "# Copied from conf/slurm-$plugins.conf by scripts/cluster.sh; SchedulerParameters"
+        echo "# is merged into slurm.conf's own line there."
+        sed 's/^SchedulerParameters=/#&/' "$snippet"
+    } >"$ETC/slurm-$plugins.conf"
+    render "$repo_root/conf/cluster/slurm.conf.in" "$CONF" \
+        "DIR=$DIR" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
+        "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" \
+        "SCHEDULER_PARAMETERS=$sched"
+    render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
+    cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
+    set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"
+    set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
+    set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"
+
+    # From here on a failure stops whatever was started, then shows the logs.
+    # Stop first and ignore SIGPIPE: a reader that goes away early (`| head`)
+    # must not leave daemons behind.
+    trap 'rc=$?; if ((rc != 0)); then trap "" PIPE; say "up failed; stopping the daemons" >&2; cmd_down >&2 || true; say "daemon logs:" >&2; print_logs 30 >&2 || true; fi' EXIT
+
+    start_daemon munged munged --foreground --force \
+        --socket="$DIR/munge/run/munge.socket.2" \
+        --key-file="$DIR/munge/key/munge.key" \
+        --pid-file="$DIR/run/munged.pid" \
+        --seed-file="$DIR/munge/lib/munged.seed" \
+        --log-file="$LOGS/munged.log"
+    wait_for "munged socket" 10 test -S "$DIR/munge/run/munge.socket.2"
+
+    start_daemon slurmctld slurmctld -D -f "$CONF"
+    wait_for "slurmctld to answer" 15 scontrol ping
+    for name in "${NODES[@]}"; do
+        start_daemon "slurmd-$name" slurmd -D -N "$name" -f "$CONF"
+    done
+    for name in $(daemon_names); do
+        live_pid "$name" >/dev/null || die "$name exited right after starting (or was forked away from its recorded pid)"
+    done
+
+    local timeout=${ALLOT_UP_TIMEOUT:-30}
+    wait_for "${#NODES[@]} idle nodes" "$timeout" nodes_idle
+    trap - EXIT
+    local ms=$((($(date +%s%N) - start_ns) / 1000000))
+    say "up: $DIR with $plugins plugins, slurmctld port $base, nodes ${NODES[*]} on $((base + 1))-$((base + ${#NODES[@]})), ${#NODES[@]}x$GPUS_PER_NODE GPUs, in ${ms} ms"
+    say "use it: eval \"\$($0 env $DIR)\"; sinfo"
+}
+
+nodes_responding() {
+    local n
+    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | wc -l)
+    ((n == ${#NODES[@]}))
+}
+
+nodes_idle() {
+    local n
+    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l)
+    ((n == ${#NODES[@]}))
+}
+
+# wait_for WHAT SECONDS COMMAND...: poll COMMAND until it succeeds; fail
+# (printing logs via the EXIT trap) on timeout or if a daemon died meanwhile.
+wait_for() {
+    local what=$1 timeout=$2; shift 2
+    local deadline=$((SECONDS + timeout)) name
+    until "$@" >/dev/null 2>&1; do
+        if ((SECONDS >= deadline)); then
+            die "timed out after ${timeout}s waiting for $what"
+        fi
+        for name in $(daemon_names); do
+            if [[ -f $PIDS/$name.pid ]] && ! live_pid "$name" >/dev/null; then
+                die "$name died while waiting for $what"
+            fi
+        done
+        sleep 0.1
+    done
+}
+
+# ---------------------------------------------------------------------------
+
+cmd_status() {
+    local name pid rc=0
+    for name in $(daemon_names); do
+        if pid=$(live_pid "$name"); then
+            printf '%-10s running (pid %s)\n' "$name" "$pid"
+        else
+            printf '%-10s stopped\n' "$name"
+            rc=1
+        fi
+    done
+    if live_pid slurmctld >/dev/null; then timeout 5 sinfo -N || rc=1; fi
+    return $rc
+}
+
+cmd_restart_ctld() {
+    local pid
+    if pid=$(live_pid slurmctld); then
+        kill -TERM "$pid"
+        wait_gone 20 slurmctld
+    fi
+    live_pid munged >/dev/null || die "munged is not running in $DIR: use up"
+    start_daemon slurmctld slurmctld -D -f "$CONF"
+    wait_for "slurmctld to answer" 15 scontrol ping
+    # Recovered nodes are "unknown" until their slurmd answers again.
+    wait_for "the nodes to register again" "${ALLOT_UP_TIMEOUT:-30}" nodes_responding
+    say "slurmctld restarted (pid $(live_pid slurmctld))"
+}
+
+[[ $# -ge 2 ]] || usage
+command=$1 dir=$2
+shift 2
+case $command in
+    up)
+        plugins=stock
+        while [[ $# -gt 0 ]]; do
+            case $1 in
+                --plugins) [[ $# -ge 2 ]] || usage; plugins=$2; shift 2 ;;
+                --plugins=*) plugins=${1#*=}; shift ;;
+                *) die "unknown argument '$1' (see --help)" ;;
+            esac
+        done
+        [[ $plugins == stock || $plugins == allot ]] || die "--plugins must be stock or allot, not '$plugins'"
+        set_paths "$dir" create
+        cmd_up "$plugins"
+        ;;
+    down)
+        [[ -d $dir ]] || { say "down: $dir does not exist, nothing to stop"; exit 0; }
+        set_paths "$dir"
+        cmd_down
+        ;;
+    env)
+        set_paths "$dir"
+        printf 'export SLURM_CONF=%s\n' "$CONF"
+        printf 'export ALLOT_CLUSTER_DIR=%s\n' "$DIR"
+        ;;
+    logs)
+        set_paths "$dir"
+        print_logs "${1:-40}"
+        ;;
+    status)
+        set_paths "$dir"
+        cmd_status
+        ;;
+    restart-ctld)
+        set_paths "$dir"
+        cmd_restart_ctld
+        ;;
+    *) usage ;;
+esac

@@ -1,0 +1,42 @@
+/*
+ * slurm-sys/wrapper.h: everything allot's slurmctld plugins touch in Slurm
+ * 22.05.8. bindgen reads this file (build.rs), and so does the C layout probe
+ * that tests/layout.rs compares the Rust bindings against.
+ *
+ * Public headers (<slurm/...>) resolve to libslurm-dev's copies in
+ * /usr/include; the internal ones ("src/...") to the Slurm source tree
+ * (SLURM_SRC_DIR). build.rs supplies the empty config.h they include: the
+ * structs used here do not depend on anything ./configure decides, and
+ * Debian builds with --disable-debug, hence -DNDEBUG (see build.rs).
+ */
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+#include <slurm/slurm_version.h>
+
+#include "src/common/list.h"            /* List, list_* */
+#include "src/common/log.h"             /* log_var, error, slurm_info, get_log_level */
+#include "src/common/xmalloc.h"         /* slurm_xcalloc, slurm_xfree */
+#include "src/common/xstring.h"
+#include "src/common/run_in_daemon.h"   /* running_in_slurmctld */
+#include "src/common/node_conf.h"       /* node_record_t, node_record_table_ptr */
+#include "src/common/gres.h"            /* gres_state_t, gres_job_state_t */
+#include "src/common/slurm_priority.h"
+#include "src/common/read_config.h"     /* slurm_conf */
+#include "src/slurmctld/slurmctld.h"    /* job_record_t, part_record_t, job_list */
+#include "src/slurmctld/locks.h"        /* slurmctld_lock_t, lock_slurmctld */
+#include "src/slurmctld/job_scheduler.h" /* job_queue_rec_t, queue_job_scheduler */
+#include "src/slurmctld/preempt.h"      /* slurm_preempt_data_type_t */
+
+/*
+ * slurmctld.h only ever says `struct job_details`; a typedef gives it the
+ * same *_t spelling as its siblings in the bindings.
+ */
+typedef struct job_details job_details_t;
+
+/*
+ * Aliases libslurmfull exports (see src/common/slurm_xlator.h) that no header
+ * declares without that translation header. xstring.h declares xstrdup(),
+ * which is exported too, but slurm_xstrdup is the name Slurm's own plugins
+ * end up calling, so it is the one least likely to disappear.
+ */
+extern char *slurm_xstrdup(const char *str);
