@@ -356,7 +356,7 @@ fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
         .allowlist_function("log_var|error|slurm_info|slurm_verbose|get_log_level|fatal")
         .allowlist_function("running_in_slurmctld")
         .allowlist_function("job_signal|job_requeue|queue_job_scheduler|find_job_record")
-        .allowlist_function("slurm_strerror")
+        .allowlist_function("slurm_strerror|slurm_bit_test")
         // --- variables and macros ------------------------------------------
         .allowlist_var("job_list|part_list|last_job_update|node_record_table_ptr|node_record_count")
         .allowlist_var("slurm_conf")

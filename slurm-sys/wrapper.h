@@ -40,3 +40,6 @@ typedef struct job_details job_details_t;
  * end up calling, so it is the one least likely to disappear.
  */
 extern char *slurm_xstrdup(const char *str);
+
+/* bit_test() is spelled slurm_bit_test in libslurmfull (slurm_xlator.h). */
+extern int slurm_bit_test(bitstr_t *b, bitoff_t bit);

@@ -5,11 +5,12 @@
 //! `slurm_preempt_data_type_t`, `List`, logging and `xmalloc`).
 //!
 //! Nothing here links Slurm: the functions and statics resolve at load time
-//! against the process that dlopens the plugin (slurmctld itself for
-//! `job_list`, `lock_slurmctld`..., its `libslurmfull.so` for `list_*`,
-//! `log_var`, `slurm_xfree`...). Only those that process exports exist at run
-//! time; slurmctld-only symbols are missing in sshare/scontrol, so plugins
-//! must bind lazily (see the repository's `.cargo/config.toml`).
+//! against the process that dlopens the plugin. libslurmfull's (`list_*`,
+//! `log_var`, `slurm_xfree`, `slurm_conf`...) exist in every Slurm process;
+//! slurmctld's own (`job_list`, `lock_slurmctld`, `job_requeue`...) only in
+//! slurmctld, and client commands load some plugins too (sshare loads the
+//! priority plugin). So plugins must not reference the latter directly: the
+//! safe layer (plugin/safe, `ctld`) finds them with `dlsym` at run time.
 //!
 //! C macros have no binding; call what they expand to: `info()`/`debug()` are
 //! `if get_log_level() >= LEVEL { log_var(LEVEL, ...) }`, `xfree(p)` is

@@ -1,1 +1,88 @@
-//! placeholder
+//! `preempt/allot`: the scheduling contract, decided by the policy core's
+//! `may_preempt` on the latest budget and usage.
+//!
+//! - An unallocated job (`min_runtime=0`) never preempts and may be
+//!   preempted by any allocated job.
+//! - An allocated job is protected until its minimum runtime has elapsed;
+//!   after that, only a job whose allocation is under-served compared with
+//!   its own, by more than the anti-thrash margin, may take its GPUs.
+//! - Resumable jobs (Slurm's requeue flag) are requeued, others cancelled;
+//!   unallocated and lowest-ranked jobs are offered first; grace from
+//!   allot.conf's GraceTime, else the budget file's `grace`.
+//!
+//! `preempt_p_preemptable` runs for every job on every scheduling pass, so it
+//! returns at once for jobs that are not running, and otherwise does a few
+//! lookups on an in-memory snapshot: no I/O, no locks.
+
+use allot::order::PRIORITY_BOTTOM;
+use allot::preempt::{may_preempt, preemption_order};
+use allot_slurm::config::AllotConf;
+use allot_slurm::job::Job;
+use allot_slurm::policy::{running_job, waiting_job};
+use allot_slurm::snapshot::FollowerThread;
+use allot_slurm::{sys, Plugin, PreemptPlugin, PreemptQuery};
+
+/// The usage snapshot changes every RecomputePeriod; reading the ledger a
+/// little more often than that keeps decisions at most one period behind.
+const MAX_FOLLOW_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
+
+pub struct PreemptAllot {
+    conf: AllotConf,
+    follower: Option<FollowerThread>,
+}
+
+allot_slurm::slurm_plugin!(preempt, "preempt/allot", "allot preemption contract", PreemptAllot);
+
+impl Plugin for PreemptAllot {
+    fn init() -> Result<Self, String> {
+        let conf = allot_slurm::load_allot_conf()?;
+        let follower = if allot_slurm::ctld::in_slurmctld() {
+            let period = conf.recompute_period.min(MAX_FOLLOW_PERIOD);
+            Some(FollowerThread::start("allot-preempt", &conf.ledger_path, period).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+        } else {
+            None
+        };
+        Ok(PreemptAllot { conf, follower })
+    }
+}
+
+impl PreemptPlugin for PreemptAllot {
+    fn preemptable(&self, preemptee: Job<'_>, preemptor: Job<'_>) -> bool {
+        if !preemptee.is_running() {
+            return false;
+        }
+        let Some(s) = self.follower.as_ref().and_then(|f| f.load()) else { return false };
+        let running = running_job(&preemptee, &s.tree, s.rules);
+        let waiting = waiting_job(&preemptor, &s.tree, s.rules);
+        let decision = may_preempt(&running, &waiting, allot_slurm::now(), &s.ranking);
+        if decision.allowed() {
+            log::debug!("JobId={} may preempt JobId={}: {decision}", preemptor.id(), preemptee.id());
+        }
+        decision.allowed()
+    }
+
+    fn data(&self, job: Option<Job<'_>>, query: PreemptQuery<'_>) {
+        let snapshot = self.follower.as_ref().and_then(|f| f.load());
+        match query {
+            PreemptQuery::Enabled(on) => *on = true,
+            PreemptQuery::Mode(mode) => {
+                let resumable = job.is_some_and(|j| j.requeue_allowed());
+                *mode = if resumable { sys::PREEMPT_MODE_REQUEUE } else { sys::PREEMPT_MODE_CANCEL } as u16;
+            }
+            PreemptQuery::Prio(prio) => {
+                *prio = match (job, &snapshot) {
+                    (Some(j), Some(s)) => preemption_order(&running_job(&j, &s.tree, s.rules), &s.ranking),
+                    _ => PRIORITY_BOTTOM,
+                }
+            }
+            PreemptQuery::GraceTime(grace) => {
+                *grace = match (self.conf.grace_time, &snapshot) {
+                    (Some(g), _) => g,
+                    (None, Some(s)) => s.tree.settings.grace.clamp(0, u32::MAX as i64) as u32,
+                    (None, None) => 60,
+                };
+                log::debug!("grace time of {:?}: {} s", job, *grace);
+            }
+        }
+    }
+}

@@ -1,1 +1,58 @@
-//! placeholder
+//! # allot-slurm: the one unsafe layer between Slurm and allot
+//!
+//! Raw bindings (`slurm-sys`) -> this thin safe layer -> the pure policy
+//! (`allot`). Every `unsafe` block of the plugins lives here, each with a
+//! `// SAFETY:` comment:
+//!
+//! - [`job`]: borrowed views of job records and submission requests;
+//! - [`strings`]: C strings, and strings handed to Slurm's allocator;
+//! - [`ctld`]: slurmctld's tables and locks, found with `dlsym` at run time;
+//! - [`logger`]: a `log` backend writing through Slurm's logger;
+//! - [`export`]: the `slurm_plugin!` macro that emits every C symbol, each
+//!   behind [`guard`]'s panic catcher with a safe fallback.
+//!
+//! And the plugins' shared, safe runtime:
+//! - [`config`]: `allot.conf`;
+//! - [`snapshot`]: the budget and ranking read from the ledger off the
+//!   locked paths, swapped in atomically.
+
+pub mod config;
+pub mod ctld;
+pub mod export;
+pub mod guard;
+pub mod job;
+pub mod logger;
+pub mod policy;
+pub mod snapshot;
+pub mod strings;
+
+pub use export::{JobSubmitPlugin, Plugin, PreemptPlugin, PreemptQuery, PriorityPlugin, Refusal};
+pub use libc;
+pub use slurm_sys as sys;
+
+/// Now, in Unix seconds: the plugins (not the policy core) read the clock.
+pub fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// The allot.conf beside slurmctld's slurm.conf, loaded; errors name file and line.
+pub fn load_allot_conf() -> Result<config::AllotConf, String> {
+    // SAFETY: slurm_conf is libslurmfull's global configuration, read-only
+    // after startup; `slurm_conf.slurm_conf` is the path of slurm.conf.
+    let slurm_conf = unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).slurm_conf) }.map(str::to_owned);
+    let slurm_conf = slurm_conf
+        .or_else(|| std::env::var("SLURM_CONF").ok())
+        .unwrap_or_else(|| "/etc/slurm/slurm.conf".to_owned());
+    let path = config::AllotConf::path_beside(std::path::Path::new(&slurm_conf));
+    let conf = config::AllotConf::load(&path).map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))?;
+    if conf.source.is_none() {
+        log::info!("no {} found; using defaults (ledger {})", path.display(), conf.ledger_path.display());
+    }
+    Ok(conf)
+}
+
+/// The uid Slurm's daemons run as (`SlurmUser`).
+pub fn slurm_user_id() -> u32 {
+    // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup.
+    unsafe { (*std::ptr::addr_of!(sys::slurm_conf)).slurm_user_id }
+}

@@ -1,0 +1,162 @@
+//! `allot.conf`: the plugins' own settings, beside slurm.conf.
+//!
+//! Slurm-style `Key=Value` lines, keys case-insensitive, `#` starts a
+//! comment. Every problem is reported with the file and line; an unknown key
+//! is an error (a typo must not silently fall back to a default).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The plugins' settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllotConf {
+    /// Where the ledger lives.
+    pub ledger_path: PathBuf,
+    /// How often the priority plugin recomputes the order.
+    pub recompute_period: Duration,
+    /// Seconds between the preemption signal and the kill; `None`: use the
+    /// budget file's `grace`.
+    pub grace_time: Option<u32>,
+    /// Refuse jobs whose account is not in the budget tree.
+    pub refuse_unknown_accounts: bool,
+    /// The file these came from, for messages (`None`: built-in defaults).
+    pub source: Option<PathBuf>,
+}
+
+impl Default for AllotConf {
+    fn default() -> Self {
+        AllotConf {
+            ledger_path: PathBuf::from("/var/lib/allot/ledger.db"),
+            recompute_period: Duration::from_secs(30),
+            grace_time: None,
+            refuse_unknown_accounts: true,
+            source: None,
+        }
+    }
+}
+
+/// A problem in allot.conf.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfError {
+    pub file: String,
+    pub line: Option<usize>,
+    pub message: String,
+}
+
+impl fmt::Display for ConfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{line}: {}", self.file, self.message),
+            None => write!(f, "{}: {}", self.file, self.message),
+        }
+    }
+}
+
+const KEYS: [&str; 4] = ["LedgerPath", "RecomputePeriod", "GraceTime", "RefuseUnknownAccounts"];
+
+impl AllotConf {
+    /// `allot.conf` in the directory of `slurm_conf` (the path of slurm.conf).
+    pub fn path_beside(slurm_conf: &Path) -> PathBuf {
+        slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("allot.conf")
+    }
+
+    /// Reads the file at `path`. A missing file means the built-in defaults.
+    pub fn load(path: &Path) -> Result<AllotConf, Vec<ConfError>> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, path),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(AllotConf::default()),
+            Err(e) => Err(vec![ConfError { file: path.display().to_string(), line: None, message: format!("cannot read: {e}") }]),
+        }
+    }
+
+    /// Parses the text of an allot.conf read from `path`.
+    pub fn parse(text: &str, path: &Path) -> Result<AllotConf, Vec<ConfError>> {
+        let file = path.display().to_string();
+        let mut conf = AllotConf { source: Some(path.to_path_buf()), ..AllotConf::default() };
+        let mut errors = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for (i, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let mut error = |message: String| errors.push(ConfError { file: file.clone(), line: Some(i + 1), message });
+            let Some((key, value)) = line.split_once('=') else {
+                error(format!("expected Key=Value, got '{line}'"));
+                continue;
+            };
+            let (key, value) = (key.trim(), value.trim());
+            let Some(&canonical) = KEYS.iter().find(|k| k.eq_ignore_ascii_case(key)) else {
+                error(format!("unknown key '{key}' (keys: {})", KEYS.join(", ")));
+                continue;
+            };
+            if seen.contains(&canonical) {
+                error(format!("{canonical} is set twice"));
+                continue;
+            }
+            seen.push(canonical);
+            match canonical {
+                "LedgerPath" => {
+                    if value.is_empty() || !value.starts_with('/') {
+                        error(format!("LedgerPath must be an absolute path, got '{value}'"));
+                    } else {
+                        conf.ledger_path = PathBuf::from(value);
+                    }
+                }
+                "RecomputePeriod" => match value.parse::<u64>() {
+                    Ok(s) if (1..=3600).contains(&s) => conf.recompute_period = Duration::from_secs(s),
+                    _ => error(format!("RecomputePeriod must be whole seconds from 1 to 3600, got '{value}'")),
+                },
+                "GraceTime" => match value.parse::<u32>() {
+                    Ok(s) if s <= 86_400 => conf.grace_time = Some(s),
+                    _ => error(format!("GraceTime must be whole seconds from 0 to 86400, got '{value}'")),
+                },
+                "RefuseUnknownAccounts" => match value.to_ascii_lowercase().as_str() {
+                    "yes" | "true" | "1" => conf.refuse_unknown_accounts = true,
+                    "no" | "false" | "0" => conf.refuse_unknown_accounts = false,
+                    _ => error(format!("RefuseUnknownAccounts must be yes or no, got '{value}'")),
+                },
+                _ => unreachable!("every key in KEYS is handled"),
+            }
+        }
+        if errors.is_empty() {
+            Ok(conf)
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_shipped_template() {
+        let text = include_str!("../../../conf/allot.conf");
+        let conf = AllotConf::parse(text, Path::new("allot.conf")).unwrap();
+        assert_eq!(conf.ledger_path, PathBuf::from("/var/lib/allot/ledger.db"));
+        assert_eq!(conf.recompute_period, Duration::from_secs(30));
+        assert_eq!(conf.grace_time, Some(60));
+        assert!(conf.refuse_unknown_accounts);
+    }
+
+    #[test]
+    fn errors_name_file_and_line() {
+        let e = AllotConf::parse("LedgerPath=/x.db\n\nrecomputeperiod=0\nGrace=5\nRefuseUnknownAccounts=maybe\nLedgerPath=/y\nnonsense\n", Path::new("/etc/slurm/allot.conf")).unwrap_err();
+        let lines: Vec<String> = e.iter().map(|e| e.to_string()).collect();
+        assert_eq!(lines.len(), 5, "{lines:#?}");
+        assert!(lines[0].starts_with("/etc/slurm/allot.conf:3: RecomputePeriod must be"), "{}", lines[0]);
+        assert!(lines[1].contains(":4: unknown key 'Grace'"), "{}", lines[1]);
+        assert!(lines[2].contains(":5: RefuseUnknownAccounts must be yes or no"), "{}", lines[2]);
+        assert!(lines[3].contains(":6: LedgerPath is set twice"), "{}", lines[3]);
+        assert!(lines[4].contains(":7: expected Key=Value"), "{}", lines[4]);
+    }
+
+    #[test]
+    fn missing_file_means_defaults() {
+        assert_eq!(AllotConf::load(Path::new("/nonexistent/allot.conf")).unwrap(), AllotConf::default());
+        assert_eq!(AllotConf::path_beside(Path::new("/etc/slurm/slurm.conf")), PathBuf::from("/etc/slurm/allot.conf"));
+    }
+}

@@ -1,0 +1,229 @@
+//! slurmctld's own functions and tables, reached safely.
+//!
+//! Slurm's client commands load some plugins too (sshare loads the priority
+//! plugin), and they lack slurmctld's symbols (`job_list`, `lock_slurmctld`,
+//! ...). A plugin that referenced them directly would fail to load there,
+//! and data symbols bind at load time whatever the linker is told. So these
+//! symbols are looked up with `dlsym` at run time, only when running inside
+//! slurmctld, and are simply absent elsewhere.
+//!
+//! Everything that touches the job list goes through [`Slurmctld::locked`],
+//! which holds slurmctld's locks for the closure's duration and hands out
+//! job views that cannot outlive them.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::OnceLock;
+
+use slurm_sys as sys;
+
+use crate::job::JobMut;
+use crate::strings::borrowed_str;
+
+type LockFn = unsafe extern "C" fn(sys::slurmctld_lock_t);
+type RequeueFn = unsafe extern "C" fn(libc::uid_t, u32, *mut sys::slurm_msg_t, bool, u32) -> c_int;
+type VoidFn = unsafe extern "C" fn();
+
+/// Addresses of slurmctld's symbols, found once.
+pub struct Slurmctld {
+    job_list: *mut sys::List,
+    last_job_update: *mut libc::time_t,
+    node_table: *mut *mut *mut sys::node_record_t,
+    node_count: *mut c_int,
+    lock: LockFn,
+    unlock: LockFn,
+    requeue: RequeueFn,
+    queue_scheduler: VoidFn,
+}
+
+// SAFETY: the pointers are addresses of slurmctld's globals and functions,
+// valid for the life of the process; all access to what they point to goes
+// through slurmctld's own locks (see `locked`).
+unsafe impl Send for Slurmctld {}
+// SAFETY: as above.
+unsafe impl Sync for Slurmctld {}
+
+fn symbol(name: &CStr) -> Option<*mut c_void> {
+    // SAFETY: dlsym with RTLD_DEFAULT searches the global scope; the name is
+    // a valid C string. A missing symbol gives NULL.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p)
+}
+
+/// Whether this process is slurmctld.
+pub fn in_slurmctld() -> bool {
+    // SAFETY: a plain query of libslurmfull's run-mode flags.
+    unsafe { sys::running_in_slurmctld() }
+}
+
+impl Slurmctld {
+    /// slurmctld's symbols, or `None` outside slurmctld (or if one is
+    /// missing, which would mean a Slurm this code was not built for).
+    pub fn get() -> Option<&'static Slurmctld> {
+        static CTLD: OnceLock<Option<Slurmctld>> = OnceLock::new();
+        CTLD.get_or_init(|| {
+            if !in_slurmctld() {
+                return None;
+            }
+            let resolved = (|| {
+                Some(Slurmctld {
+                    job_list: symbol(c"job_list")? as *mut sys::List,
+                    last_job_update: symbol(c"last_job_update")? as *mut libc::time_t,
+                    node_table: symbol(c"node_record_table_ptr")? as *mut *mut *mut sys::node_record_t,
+                    node_count: symbol(c"node_record_count")? as *mut c_int,
+                    // SAFETY: each is the address of the slurmctld function of
+                    // that name, whose C signature the type spells out (as in
+                    // the bindings generated from the same headers).
+                    lock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(symbol(c"lock_slurmctld")?) },
+                    // SAFETY: as above.
+                    unlock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(symbol(c"unlock_slurmctld")?) },
+                    // SAFETY: as above.
+                    requeue: unsafe { std::mem::transmute::<*mut c_void, RequeueFn>(symbol(c"job_requeue")?) },
+                    // SAFETY: as above.
+                    queue_scheduler: unsafe { std::mem::transmute::<*mut c_void, VoidFn>(symbol(c"queue_job_scheduler")?) },
+                })
+            })();
+            if resolved.is_none() {
+                log::error!("cannot find slurmctld's job_list/lock_slurmctld/job_requeue symbols; is this Slurm 22.05.8?");
+            }
+            resolved
+        })
+        .as_ref()
+    }
+
+    /// Runs `f` holding slurmctld's job write lock and node and partition
+    /// read locks: what a plugin thread needs to walk jobs, set their
+    /// priorities and requeue them (priority/multifactor takes the same).
+    pub fn locked<R>(&self, f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
+        let locks = sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::READ_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK };
+        // Unlock even if `f` panics: a lock left held would freeze slurmctld.
+        struct Unlock<'a>(&'a Slurmctld, sys::slurmctld_lock_t);
+        impl Drop for Unlock<'_> {
+            fn drop(&mut self) {
+                // SAFETY: releases exactly the locks taken below.
+                unsafe { (self.0.unlock)(self.1) };
+            }
+        }
+        // SAFETY: lock_slurmctld blocks until the locks are granted.
+        unsafe { (self.lock)(locks) };
+        let _unlock = Unlock(self, locks);
+        let mut locked = Locked { ctld: self };
+        f(&mut locked)
+    }
+
+    /// Asks the main scheduler to run soon (after priorities changed).
+    pub fn queue_scheduler(&self) {
+        // SAFETY: queue_job_scheduler only sets a flag under its own mutex.
+        unsafe { (self.queue_scheduler)() };
+    }
+}
+
+/// A node's name, configured GPUs and whether it is draining.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub index: usize,
+    pub name: String,
+    pub gpus: u32,
+    pub draining: bool,
+}
+
+/// GPUs in a node's `Gres=` string: `gpu:8`, `gpu:a100:4(S:0-1),gpu:v100:2`,
+/// `gpu:8,mps:400` (other GRES are not GPUs).
+pub fn gpus_in_gres(gres: &str) -> u32 {
+    gres.split(',')
+        .filter_map(|item| {
+            let item = item.split('(').next()?.trim();
+            let mut parts = item.split(':');
+            let name = parts.next()?.trim_start_matches("gres/");
+            if name != "gpu" {
+                return None;
+            }
+            parts.last()?.parse::<u32>().ok()
+        })
+        .sum()
+}
+
+/// slurmctld with its locks held (see [`Slurmctld::locked`]).
+pub struct Locked<'a> {
+    ctld: &'a Slurmctld,
+}
+
+impl Locked<'_> {
+    /// Calls `f` on every job record.
+    pub fn for_each_job(&mut self, mut f: impl FnMut(&mut JobMut<'_>)) {
+        // SAFETY: the job write lock is held for the whole walk, which is
+        // the rule for reading and updating job_list and its records.
+        unsafe {
+            let list = *self.ctld.job_list;
+            if list.is_null() {
+                return;
+            }
+            let it = sys::list_iterator_create(list);
+            loop {
+                let item = sys::list_next(it) as *mut sys::job_record_t;
+                let Some(mut job) = JobMut::from_ptr(item) else { break };
+                f(&mut job);
+            }
+            sys::list_iterator_destroy(it);
+        }
+    }
+
+    /// Tells slurmctld that job records changed (clients re-read them).
+    pub fn touch_jobs(&mut self) {
+        // SAFETY: last_job_update is written under the job write lock, held.
+        unsafe { *self.ctld.last_job_update = libc::time(std::ptr::null_mut()) };
+    }
+
+    /// Requeues a running or just-finished batch job, as `scontrol requeue`
+    /// would as the Slurm user.
+    pub fn requeue(&mut self, job: u32) -> Result<(), String> {
+        // SAFETY: job_requeue expects the job write lock, which is held;
+        // a NULL message is what slurmctld's own callers pass.
+        let rc = unsafe {
+            let uid = (*std::ptr::addr_of!(sys::slurm_conf)).slurm_user_id;
+            (self.ctld.requeue)(uid, job, std::ptr::null_mut(), false, 0)
+        };
+        if rc == sys::SLURM_SUCCESS {
+            Ok(())
+        } else {
+            // SAFETY: slurm_strerror returns a static string for any code.
+            let text = unsafe { borrowed_str(sys::slurm_strerror(rc) as *const c_char) }.unwrap_or("unknown error");
+            Err(format!("{text} (code {rc})"))
+        }
+    }
+
+    /// Every node, with whether it is draining (DRAIN set, busy or not).
+    pub fn nodes(&self) -> Vec<NodeInfo> {
+        let mut out = Vec::new();
+        // SAFETY: the node read lock is held; the table has node_count
+        // entries, some of which may be NULL (removed nodes).
+        unsafe {
+            let table = *self.ctld.node_table;
+            let count = (*self.ctld.node_count).max(0) as usize;
+            if table.is_null() {
+                return out;
+            }
+            for index in 0..count {
+                let Some(node) = (*table.add(index)).as_ref() else { continue };
+                let name = borrowed_str(node.name).unwrap_or("").to_owned();
+                let gpus = borrowed_str(node.gres).map_or(0, gpus_in_gres);
+                out.push(NodeInfo { index, name, gpus, draining: node.node_state & sys::NODE_STATE_DRAIN != 0 });
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpus_in_gres;
+
+    #[test]
+    fn counts_gpus_in_gres_strings() {
+        assert_eq!(gpus_in_gres("gpu:8"), 8);
+        assert_eq!(gpus_in_gres("gpu:a100:4(S:0-1),gpu:v100:2"), 6);
+        assert_eq!(gpus_in_gres("gpu:8,mps:400"), 8);
+        assert_eq!(gpus_in_gres("mps:400"), 0);
+        assert_eq!(gpus_in_gres(""), 0);
+    }
+}

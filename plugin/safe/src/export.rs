@@ -1,0 +1,333 @@
+//! The one place plugin symbols come from.
+//!
+//! A plugin crate implements one of [`PriorityPlugin`], [`JobSubmitPlugin`]
+//! or [`PreemptPlugin`] over safe views, and calls [`slurm_plugin!`] once.
+//! The macro emits every C symbol Slurm looks up for that plugin kind
+//! (`plugin_name`, `plugin_type`, `plugin_version`, `init`, `fini` and the
+//! kind's hooks). Each hook body is a function below: it turns Slurm's raw
+//! pointers into views, runs the plugin's method inside [`guard`], and on a
+//! panic or a missing instance answers with a fallback chosen to keep
+//! slurmctld scheduling (accept the job, preempt nobody, lowest priority).
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::sync::Arc;
+
+use arc_swap::ArcSwapOption;
+use slurm_sys as sys;
+
+use crate::guard::{guard, install_panic_hook};
+use crate::job::{Job, JobDesc, JobMut};
+use crate::strings::set_out_string;
+
+/// Behaviour shared by every plugin kind.
+pub trait Plugin: Send + Sync + Sized + 'static {
+    /// Called from `init`. Starts whatever the plugin needs (only inside
+    /// slurmctld, see [`crate::ctld::in_slurmctld`]). An error makes
+    /// slurmctld refuse to start, as a bad slurm.conf would.
+    fn init() -> Result<Self, String>;
+    /// Called from `fini`: stop and join threads.
+    fn fini(&self) {}
+}
+
+/// `PriorityType=priority/...`.
+pub trait PriorityPlugin: Plugin {
+    /// The priority of a job being submitted, requeued or released.
+    fn set_priority(&self, last_prio: u32, job: JobMut<'_>) -> u32;
+    /// `scontrol reconfigure`.
+    fn reconfig(&self) {}
+}
+
+/// A refusal of a submission or update, as the user will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// A Slurm error code (`ESLURM_*`), shown by sbatch with `message`.
+    pub code: c_int,
+    pub message: String,
+}
+
+/// `JobSubmitPlugins=...`.
+pub trait JobSubmitPlugin: Plugin {
+    fn submit(&self, desc: &mut JobDesc<'_>, submit_uid: u32) -> Result<(), Refusal>;
+    fn modify(&self, desc: &mut JobDesc<'_>, job: Job<'_>, submit_uid: u32) -> Result<(), Refusal>;
+}
+
+/// One question slurmctld asks a preempt plugin (`preempt_p_get_data`).
+pub enum PreemptQuery<'a> {
+    /// Is preemption on at all (the job may be absent).
+    Enabled(&'a mut bool),
+    /// PREEMPT_MODE_* for this job.
+    Mode(&'a mut u16),
+    /// Order in which running jobs are preempted: lowest first.
+    Prio(&'a mut u32),
+    /// Seconds from the preemption signal to the kill.
+    GraceTime(&'a mut u32),
+}
+
+/// `PreemptType=preempt/...`.
+pub trait PreemptPlugin: Plugin {
+    /// May `preemptor` (pending) take `preemptee`'s resources? Called for
+    /// every job on every scheduling pass: keep it cheap.
+    fn preemptable(&self, preemptee: Job<'_>, preemptor: Job<'_>) -> bool;
+    /// Answer one of slurmctld's questions about `job`.
+    fn data(&self, job: Option<Job<'_>>, query: PreemptQuery<'_>);
+}
+
+/// Where a plugin's instance lives between `init` and `fini`.
+pub type Instance<P> = ArcSwapOption<P>;
+
+/// A C string array from a literal, for `plugin_name`/`plugin_type`.
+pub const fn c_array<const N: usize>(s: &str) -> [c_char; N] {
+    let bytes = s.as_bytes();
+    assert!(bytes.len() + 1 == N, "array size must be the string length plus the NUL");
+    let mut out = [0 as c_char; N];
+    let mut i = 0;
+    while i < bytes.len() {
+        assert!(bytes[i] != 0, "no NUL inside the string");
+        out[i] = bytes[i] as c_char;
+        i += 1;
+    }
+    out
+}
+
+/// Body of `init`.
+pub fn init<P: Plugin>(instance: &Instance<P>, plugin_type: &'static str) -> c_int {
+    crate::logger::init(plugin_type);
+    install_panic_hook();
+    guard("init", sys::SLURM_ERROR, || match P::init() {
+        Ok(p) => {
+            instance.store(Some(Arc::new(p)));
+            log::debug!("loaded ({})", allot::BUILD);
+            sys::SLURM_SUCCESS
+        }
+        Err(e) => {
+            log::error!("cannot start: {e}");
+            sys::SLURM_ERROR
+        }
+    })
+}
+
+/// Body of `fini`.
+pub fn fini<P: Plugin>(instance: &Instance<P>) -> c_int {
+    guard("fini", sys::SLURM_SUCCESS, || {
+        if let Some(p) = instance.swap(None) {
+            p.fini();
+        }
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// Body of `priority_p_set`.
+pub fn priority_set<P: PriorityPlugin>(instance: &Instance<P>, last_prio: u32, job: *mut sys::job_record_t) -> u32 {
+    let fallback = allot::order::PRIORITY_BOTTOM;
+    guard("priority_p_set", fallback, || {
+        let Some(p) = instance.load_full() else { return fallback };
+        // SAFETY: slurmctld passes a valid job record and holds its job
+        // write lock for the duration of the call.
+        let Some(job) = (unsafe { JobMut::from_ptr(job) }) else { return fallback };
+        p.set_priority(last_prio, job)
+    })
+}
+
+/// Body of `priority_p_reconfig`.
+pub fn priority_reconfig<P: PriorityPlugin>(instance: &Instance<P>) {
+    guard("priority_p_reconfig", (), || {
+        if let Some(p) = instance.load_full() {
+            p.reconfig();
+        }
+    })
+}
+
+/// Body of `priority_p_get_priority_factors_list`: an empty list (sprio
+/// then shows no Slurm factors; `allot why` explains allot's order).
+pub fn priority_factors_list() -> sys::List {
+    // SAFETY: list_create(NULL) makes an empty list that slurmctld owns and
+    // frees; with no items, no destructor is needed.
+    guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || unsafe { sys::list_create(None) })
+}
+
+/// Body of `job_submit`.
+pub fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+    // Accept on failure: a broken plugin must not stop every submission.
+    guard("job_submit", sys::SLURM_SUCCESS, || {
+        let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
+        // SAFETY: slurmctld passes the request it is validating, valid for the call.
+        let Some(mut desc) = (unsafe { JobDesc::from_ptr(desc) }) else { return sys::SLURM_SUCCESS };
+        match p.submit(&mut desc, submit_uid) {
+            Ok(()) => sys::SLURM_SUCCESS,
+            Err(refusal) => {
+                set_out_string(err_msg, &refusal.message);
+                refusal.code
+            }
+        }
+    })
+}
+
+/// Body of `job_modify`. Slurm has no message channel here: the refusal's
+/// text goes to the log, its code to the user.
+pub fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32) -> c_int {
+    guard("job_modify", sys::SLURM_SUCCESS, || {
+        let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
+        // SAFETY: slurmctld passes the update request and the job record it
+        // applies to, holding the job write lock.
+        let (Some(mut desc), Some(job)) = (unsafe { JobDesc::from_ptr(desc) }, unsafe { Job::from_ptr(job) }) else {
+            return sys::SLURM_SUCCESS;
+        };
+        match p.modify(&mut desc, job, submit_uid) {
+            Ok(()) => sys::SLURM_SUCCESS,
+            Err(refusal) => {
+                log::info!("refused update of JobId={}: {}", job.id(), refusal.message);
+                refusal.code
+            }
+        }
+    })
+}
+
+/// Body of `preempt_p_preemptable` (Slurm passes the preemptee first).
+pub fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *mut sys::job_record_t, preemptor: *mut sys::job_record_t) -> bool {
+    guard("preempt_p_preemptable", false, || {
+        let Some(p) = instance.load_full() else { return false };
+        // SAFETY: slurmctld passes two job records from job_list and holds
+        // its job lock while the scheduler calls us.
+        let (Some(preemptee), Some(preemptor)) = (unsafe { Job::from_ptr(preemptee) }, unsafe { Job::from_ptr(preemptor) }) else {
+            return false;
+        };
+        p.preemptable(preemptee, preemptor)
+    })
+}
+
+/// Body of `preempt_p_get_data`.
+pub fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t, kind: sys::slurm_preempt_data_type_t, data: *mut c_void) -> c_int {
+    guard("preempt_p_get_data", sys::SLURM_ERROR, || {
+        let Some(p) = instance.load_full() else { return sys::SLURM_ERROR };
+        if data.is_null() {
+            return sys::SLURM_ERROR;
+        }
+        // SAFETY: `job` is NULL or a record valid for the call (job lock held).
+        let job = unsafe { Job::from_ptr(job) };
+        // SAFETY: slurmctld passes a pointer to the type each question
+        // names (preempt.c: bool, uint16_t, uint32_t, uint32_t).
+        let query = unsafe {
+            match kind {
+                sys::PREEMPT_DATA_ENABLED => PreemptQuery::Enabled(&mut *(data as *mut bool)),
+                sys::PREEMPT_DATA_MODE => PreemptQuery::Mode(&mut *(data as *mut u16)),
+                sys::PREEMPT_DATA_PRIO => PreemptQuery::Prio(&mut *(data as *mut u32)),
+                sys::PREEMPT_DATA_GRACE_TIME => PreemptQuery::GraceTime(&mut *(data as *mut u32)),
+                _ => {
+                    log::error!("preempt_p_get_data: unknown question {kind}");
+                    return sys::SLURM_ERROR;
+                }
+            }
+        };
+        p.data(job, query);
+        sys::SLURM_SUCCESS
+    })
+}
+
+/// Emits every symbol of one plugin: `slurm_plugin!(kind, "type/name",
+/// "Human name", Type)` with kind `priority`, `job_submit` or `preempt`.
+#[macro_export]
+macro_rules! slurm_plugin {
+    (@common $type:literal, $name:literal, $ty:ty) => {
+        static INSTANCE: $crate::export::Instance<$ty> = $crate::export::Instance::const_empty();
+
+        /// Human-readable plugin name (a C char array, as Slurm's loader expects).
+        #[no_mangle]
+        pub static plugin_name: [::std::os::raw::c_char; $name.len() + 1] = $crate::export::c_array($name);
+        /// `kind/name`, matched against slurm.conf.
+        #[no_mangle]
+        pub static plugin_type: [::std::os::raw::c_char; $type.len() + 1] = $crate::export::c_array($type);
+        /// Must equal the running Slurm's version, micro version included.
+        #[no_mangle]
+        pub static plugin_version: u32 = $crate::sys::SLURM_VERSION_NUMBER;
+
+        #[no_mangle]
+        pub extern "C" fn init() -> ::std::os::raw::c_int {
+            $crate::export::init(&INSTANCE, $type)
+        }
+        #[no_mangle]
+        pub extern "C" fn fini() -> ::std::os::raw::c_int {
+            $crate::export::fini(&INSTANCE)
+        }
+    };
+
+    (priority, $type:literal, $name:literal, $ty:ty) => {
+        $crate::slurm_plugin!(@common $type, $name, $ty);
+        #[no_mangle]
+        pub extern "C" fn priority_p_set(last_prio: u32, job_ptr: *mut $crate::sys::job_record_t) -> u32 {
+            $crate::export::priority_set(&INSTANCE, last_prio, job_ptr)
+        }
+        #[no_mangle]
+        pub extern "C" fn priority_p_reconfig(_assoc_clear: bool) {
+            $crate::export::priority_reconfig(&INSTANCE)
+        }
+        /// Association usage is slurmdbd's; allot keeps its own in the ledger.
+        #[no_mangle]
+        pub extern "C" fn priority_p_set_assoc_usage(_assoc: *mut $crate::sys::slurmdb_assoc_rec_t) {}
+        #[no_mangle]
+        pub extern "C" fn priority_p_get_priority_factors_list(
+            _req: *mut $crate::sys::priority_factors_request_msg_t,
+            _uid: $crate::libc::uid_t,
+        ) -> $crate::sys::List {
+            $crate::export::priority_factors_list()
+        }
+        /// Never called without slurmdbd; usage is measured by the plugin.
+        #[no_mangle]
+        pub extern "C" fn priority_p_job_end(_job_ptr: *mut $crate::sys::job_record_t) {}
+        /// The `long double` entry point `priority_p_calc_fs_factor` is a C
+        /// shim (Rust has no `long double`) that calls this. Slurm's
+        /// association fair-share factor has no meaning under allot: 0, as
+        /// priority/basic answers.
+        #[no_mangle]
+        pub extern "C" fn allot_calc_fs_factor(_usage_efctv: f64, _shares_norm: f64) -> f64 {
+            0.0
+        }
+    };
+
+    (job_submit, $type:literal, $name:literal, $ty:ty) => {
+        $crate::slurm_plugin!(@common $type, $name, $ty);
+        #[no_mangle]
+        pub extern "C" fn job_submit(
+            job_desc: *mut $crate::sys::job_desc_msg_t,
+            submit_uid: u32,
+            err_msg: *mut *mut ::std::os::raw::c_char,
+        ) -> ::std::os::raw::c_int {
+            $crate::export::job_submit(&INSTANCE, job_desc, submit_uid, err_msg)
+        }
+        #[no_mangle]
+        pub extern "C" fn job_modify(
+            job_desc: *mut $crate::sys::job_desc_msg_t,
+            job_ptr: *mut $crate::sys::job_record_t,
+            submit_uid: u32,
+        ) -> ::std::os::raw::c_int {
+            $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid)
+        }
+    };
+
+    (preempt, $type:literal, $name:literal, $ty:ty) => {
+        $crate::slurm_plugin!(@common $type, $name, $ty);
+        /// Used by slurmctld to sort pending jobs: allot's order is already
+        /// in their priorities, so no pending job jumps another here.
+        #[no_mangle]
+        pub extern "C" fn preempt_p_job_preempt_check(
+            _preemptor: *mut $crate::sys::job_queue_rec_t,
+            _preemptee: *mut $crate::sys::job_queue_rec_t,
+        ) -> bool {
+            false
+        }
+        #[no_mangle]
+        pub extern "C" fn preempt_p_preemptable(
+            preemptee: *mut $crate::sys::job_record_t,
+            preemptor: *mut $crate::sys::job_record_t,
+        ) -> bool {
+            $crate::export::preemptable(&INSTANCE, preemptee, preemptor)
+        }
+        #[no_mangle]
+        pub extern "C" fn preempt_p_get_data(
+            job_ptr: *mut $crate::sys::job_record_t,
+            data_type: $crate::sys::slurm_preempt_data_type_t,
+            data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int {
+            $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data)
+        }
+    };
+}

@@ -1,0 +1,239 @@
+//! Borrowed views of slurmctld's job records and submission requests.
+//!
+//! A [`Job`] is only handed out for as long as the pointer behind it is
+//! valid: inside a Slurm callback (slurmctld holds its job lock while calling
+//! plugins) or inside [`crate::ctld::Locked`]. The views read the fields the
+//! policy needs and nothing else, and never keep a pointer past that scope.
+
+use std::ffi::CStr;
+
+use slurm_sys as sys;
+
+use crate::strings::{borrowed_str, replace_slurm_string};
+
+/// A job's state, reduced to what allot acts on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Pending,
+    Running,
+    Suspended,
+    /// Ended: completed, failed, cancelled, timed out, preempted...
+    Finished,
+}
+
+/// A read-only view of a `job_record_t`.
+#[derive(Clone, Copy)]
+pub struct Job<'a> {
+    raw: &'a sys::job_record_t,
+}
+
+impl<'a> Job<'a> {
+    /// # Safety
+    /// `ptr` must be null or point to a job record that stays valid and
+    /// unmodified by others for `'a` (slurmctld's job lock held).
+    pub unsafe fn from_ptr(ptr: *const sys::job_record_t) -> Option<Job<'a>> {
+        // SAFETY: the caller guarantees validity for 'a; null gives None.
+        unsafe { ptr.as_ref() }.map(|raw| Job { raw })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.raw.job_id
+    }
+    pub fn user_id(&self) -> u32 {
+        self.raw.user_id
+    }
+    /// The account, lowercased by slurmctld after job_submit ran.
+    pub fn account(&self) -> Option<&'a str> {
+        // SAFETY: job record strings are NUL-terminated xmalloc'd strings
+        // owned by the record, valid while the record is (see from_ptr).
+        unsafe { borrowed_str(self.raw.account) }
+    }
+    pub fn comment(&self) -> Option<&'a str> {
+        // SAFETY: as for account.
+        unsafe { borrowed_str(self.raw.comment) }
+    }
+    pub fn partition(&self) -> Option<&'a str> {
+        // SAFETY: as for account.
+        unsafe { borrowed_str(self.raw.partition) }
+    }
+
+    pub fn state(&self) -> JobState {
+        let base = self.raw.job_state & sys::JOB_STATE_BASE;
+        match base {
+            b if b == sys::JOB_PENDING => JobState::Pending,
+            b if b == sys::JOB_RUNNING => JobState::Running,
+            b if b == sys::JOB_SUSPENDED => JobState::Suspended,
+            _ => JobState::Finished,
+        }
+    }
+    pub fn is_running(&self) -> bool {
+        self.state() == JobState::Running
+    }
+    pub fn is_pending(&self) -> bool {
+        self.state() == JobState::Pending
+    }
+    /// Still releasing its resources (epilog, step cleanup).
+    pub fn is_completing(&self) -> bool {
+        self.raw.job_state & sys::JOB_COMPLETING != 0
+    }
+    /// Pending because it was just requeued.
+    pub fn is_requeued(&self) -> bool {
+        self.raw.job_state & (sys::JOB_REQUEUE | sys::JOB_REQUEUE_FED) != 0
+    }
+
+    /// Start of the current run (0 if it never started).
+    pub fn start_time(&self) -> i64 {
+        self.raw.start_time
+    }
+    /// End of the run, or when it is expected to end while running.
+    pub fn end_time(&self) -> i64 {
+        self.raw.end_time
+    }
+    /// When slurmctld decided to preempt it (0: not preempted).
+    pub fn preempt_time(&self) -> i64 {
+        self.raw.preempt_time
+    }
+    pub fn priority(&self) -> u32 {
+        self.raw.priority
+    }
+    /// An admin set the priority by hand (`scontrol update priority=`).
+    pub fn priority_set_by_admin(&self) -> bool {
+        self.raw.direct_set_prio != 0
+    }
+    pub fn restart_count(&self) -> u16 {
+        self.raw.restart_cnt
+    }
+
+    fn details(&self) -> Option<&'a sys::job_details_t> {
+        // SAFETY: `details` is owned by the record and lives as long as it.
+        unsafe { self.raw.details.as_ref() }
+    }
+    pub fn submit_time(&self) -> i64 {
+        self.details().map_or(0, |d| d.submit_time)
+    }
+    /// The job may be requeued (`--requeue`, or JobRequeue=1 by default).
+    pub fn requeue_allowed(&self) -> bool {
+        self.details().is_some_and(|d| d.requeue != 0 && d.requeue != sys::NO_VAL16)
+    }
+
+    /// GPUs allocated to the job, from its allocated GRES (0 when it holds
+    /// none). Counted from `gres_list_alloc` because without slurmdbd the
+    /// TRES strings carry no gres/gpu.
+    pub fn gpus_allocated(&self) -> u32 {
+        let list = self.raw.gres_list_alloc;
+        if list.is_null() {
+            return 0;
+        }
+        let mut total: u64 = 0;
+        // SAFETY: gres_list_alloc is a List of gres_state_t owned by the job
+        // record; iterating it under the job lock is how slurmctld reads it.
+        unsafe {
+            let it = sys::list_iterator_create(list);
+            loop {
+                let item = sys::list_next(it) as *const sys::gres_state_t;
+                let Some(state) = item.as_ref() else { break };
+                let name = if state.gres_name.is_null() { None } else { CStr::from_ptr(state.gres_name).to_str().ok() };
+                if name == Some("gpu") {
+                    if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
+                        total += job_state.total_gres;
+                    }
+                }
+            }
+            sys::list_iterator_destroy(it);
+        }
+        total.min(u32::MAX as u64) as u32
+    }
+
+    /// Whether the job holds node number `index` (of slurmctld's node table).
+    pub fn holds_node(&self, index: usize) -> bool {
+        let bitmap = self.raw.node_bitmap;
+        if bitmap.is_null() {
+            return false;
+        }
+        // SAFETY: node_bitmap is the job's bitstring sized to the node table;
+        // callers pass an index below node_record_count.
+        unsafe { sys::slurm_bit_test(bitmap, index as sys::bitoff_t) != 0 }
+    }
+}
+
+impl std::fmt::Debug for Job<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "JobId={}", self.id())
+    }
+}
+
+/// A job record the caller may change (slurmctld's job write lock held).
+pub struct JobMut<'a> {
+    raw: &'a mut sys::job_record_t,
+}
+
+impl<'a> JobMut<'a> {
+    /// # Safety
+    /// `ptr` must be null or point to a job record the caller may modify for
+    /// `'a` (slurmctld's job write lock held).
+    pub unsafe fn from_ptr(ptr: *mut sys::job_record_t) -> Option<JobMut<'a>> {
+        // SAFETY: the caller guarantees exclusive validity for 'a.
+        unsafe { ptr.as_mut() }.map(|raw| JobMut { raw })
+    }
+    pub fn view(&self) -> Job<'_> {
+        Job { raw: self.raw }
+    }
+    pub fn set_priority(&mut self, priority: u32) {
+        self.raw.priority = priority;
+    }
+}
+
+/// A submission or update request (`job_desc_msg_t`) in job_submit.
+pub struct JobDesc<'a> {
+    raw: &'a mut sys::job_desc_msg_t,
+}
+
+impl<'a> JobDesc<'a> {
+    /// # Safety
+    /// `ptr` must be null or point to the request slurmctld passed to the
+    /// job_submit plugin, valid for `'a`.
+    pub unsafe fn from_ptr(ptr: *mut sys::job_desc_msg_t) -> Option<JobDesc<'a>> {
+        // SAFETY: as the caller guarantees.
+        unsafe { ptr.as_mut() }.map(|raw| JobDesc { raw })
+    }
+    pub fn user_id(&self) -> u32 {
+        self.raw.user_id
+    }
+    pub fn comment(&self) -> Option<&str> {
+        // SAFETY: request strings are NUL-terminated and owned by the request.
+        unsafe { borrowed_str(self.raw.comment) }
+    }
+    pub fn account(&self) -> Option<&str> {
+        // SAFETY: as for comment.
+        unsafe { borrowed_str(self.raw.account) }
+    }
+    /// The comment, replaced through Slurm's allocator (Slurm frees it).
+    pub fn set_comment(&mut self, comment: &str) {
+        replace_slurm_string(&mut self.raw.comment, comment);
+    }
+    pub fn set_account(&mut self, account: &str) {
+        replace_slurm_string(&mut self.raw.account, account);
+    }
+    /// `--requeue` given (Some(true)), `--no-requeue` (Some(false)), or
+    /// neither (None: the cluster's JobRequeue decides).
+    pub fn requeue(&self) -> Option<bool> {
+        match self.raw.requeue {
+            sys::NO_VAL16 => None,
+            0 => Some(false),
+            _ => Some(true),
+        }
+    }
+    /// Whether the user asked for a warning signal (`--signal`).
+    pub fn has_signal_request(&self) -> bool {
+        self.raw.warn_signal != 0 && self.raw.warn_signal != sys::NO_VAL16
+    }
+    /// Ask Slurm to send `signal` to the batch shell too (not only to the
+    /// steps) `seconds` before the end, and at preemption (with
+    /// SlurmctldParameters=preempt_send_user_signal): what `--signal=B:SIG@N`
+    /// does, so that jobs checkpointing from their script get the signal.
+    pub fn set_batch_signal(&mut self, signal: u16, seconds: u16) {
+        self.raw.warn_signal = signal;
+        self.raw.warn_time = seconds;
+        self.raw.warn_flags |= sys::KILL_JOB_BATCH as u16;
+    }
+}

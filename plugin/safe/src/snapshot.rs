@@ -1,0 +1,275 @@
+//! What the plugins decide from, kept fresh from the ledger off slurmctld's
+//! locked paths.
+//!
+//! A [`Follower`] reads the ledger (budget version, usage snapshot) and
+//! publishes an immutable [`PolicySnapshot`] through an atomic pointer swap;
+//! the Slurm callbacks only ever `load()` it, which never blocks and never
+//! touches SQLite. If the ledger disappears, is locked or corrupt, the last
+//! good snapshot stays in place and the problem is logged once (and its end,
+//! once).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use allot::budget::BudgetTree;
+use allot::contract::ContractRules;
+use allot::fairshare::Ranking;
+use allot_ledger::Ledger;
+use arc_swap::ArcSwapOption;
+
+/// One consistent view of the budget and the fair-share order.
+#[derive(Debug)]
+pub struct PolicySnapshot {
+    pub budget_version: i64,
+    pub tree: Arc<BudgetTree>,
+    pub rules: ContractRules,
+    /// The order from the usage the priority plugin last recorded; all
+    /// leaves unused until it has recorded any.
+    pub ranking: Ranking,
+    /// `computed_at` of the usage snapshot behind `ranking` (0: none yet).
+    pub usage_at: i64,
+}
+
+/// Logs a recurring problem once, and its end once: a broken ledger must not
+/// flood slurmctld's log every period.
+#[derive(Debug, Default)]
+pub struct ProblemLog {
+    current: Option<String>,
+}
+
+impl ProblemLog {
+    /// Records the outcome of one attempt.
+    pub fn report(&mut self, what: &str, outcome: Result<(), String>) {
+        match (outcome, &self.current) {
+            (Ok(()), Some(_)) => {
+                log::info!("{what}: recovered");
+                self.current = None;
+            }
+            (Ok(()), None) => {}
+            (Err(e), Some(prev)) if *prev == e => {}
+            (Err(e), _) => {
+                log::error!("{what}: {e}; carrying on with the last good state");
+                self.current = Some(e);
+            }
+        }
+    }
+    pub fn is_failing(&self) -> bool {
+        self.current.is_some()
+    }
+}
+
+/// Reads the ledger into snapshots.
+pub struct Follower {
+    path: PathBuf,
+    ledger: Option<(Ledger, u64)>,
+    seen: Option<(i64, i64)>,
+    published: Arc<ArcSwapOption<PolicySnapshot>>,
+    problems: ProblemLog,
+    tree: Option<(i64, Arc<BudgetTree>)>,
+}
+
+fn inode(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+impl Follower {
+    pub fn new(path: impl Into<PathBuf>) -> Follower {
+        Follower {
+            path: path.into(),
+            ledger: None,
+            seen: None,
+            published: Arc::new(ArcSwapOption::empty()),
+            problems: ProblemLog::default(),
+            tree: None,
+        }
+    }
+
+    /// The handle callbacks read from.
+    pub fn handle(&self) -> Arc<ArcSwapOption<PolicySnapshot>> {
+        self.published.clone()
+    }
+
+    /// The newest budget tree read, if any (for the priority plugin).
+    pub fn tree(&self) -> Option<(i64, Arc<BudgetTree>)> {
+        self.tree.clone()
+    }
+
+    /// Reads the ledger once; publishes a new snapshot if anything changed.
+    /// Returns whether it did.
+    pub fn refresh(&mut self) -> bool {
+        let result = self.try_refresh();
+        let changed = *result.as_ref().unwrap_or(&false);
+        self.problems.report(&format!("ledger {}", self.path.display()), result.map(|_| ()));
+        changed
+    }
+
+    /// Makes sure `self.ledger` is an open connection to the current file.
+    fn connect(&mut self) -> Result<(), String> {
+        // A ledger replaced or deleted under us: drop the old connection,
+        // which would go on reading the unlinked file.
+        let now_inode = inode(&self.path);
+        if self.ledger.as_ref().map(|(_, ino)| Some(*ino)) != Some(now_inode) {
+            // A different file is a different history: its version numbers
+            // say nothing about what we cached from the old one.
+            self.ledger = None;
+            self.tree = None;
+            self.seen = None;
+        }
+        if self.ledger.is_none() {
+            let ino = now_inode.ok_or_else(|| "the ledger file is missing (sync a budget with `allot sync`)".to_owned())?;
+            let l = Ledger::open_read_only(&self.path).map_err(|e| e.to_string())?;
+            self.ledger = Some((l, ino));
+        }
+        Ok(())
+    }
+
+    fn try_refresh(&mut self) -> Result<bool, String> {
+        self.connect()?;
+        let ledger = &self.ledger.as_ref().expect("connect() succeeded").0;
+        let version = ledger.current_budget_version().map_err(|e| e.to_string())?;
+        let snapshot = ledger.usage_snapshot().map_err(|e| e.to_string())?;
+        let Some(version) = version else {
+            return Err("the ledger holds no budget yet (sync one with `allot sync`)".to_owned());
+        };
+        let usage_at = snapshot.as_ref().map_or(0, |s| s.computed_at);
+        if self.seen == Some((version, usage_at)) {
+            return Ok(false);
+        }
+        let tree = match &self.tree {
+            Some((v, t)) if *v == version => t.clone(),
+            _ => {
+                let stored = ledger.current_budget().map_err(|e| e.to_string())?.ok_or("the budget vanished while reading")?;
+                let tree = stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?;
+                let tree = Arc::new(tree);
+                self.tree = Some((stored.version, tree.clone()));
+                tree
+            }
+        };
+        let (charged, capacity) = match &snapshot {
+            Some(s) => (s.charged_for(&tree), s.capacity_gpus),
+            None => (vec![0; tree.leaves.len()], tree.settings.gpus.unwrap_or(1)),
+        };
+        let ranking = Ranking::compute(&tree, &charged, tree.settings.gpus.unwrap_or(capacity), usage_at);
+        let rules = ContractRules::from(&tree.settings);
+        self.published.store(Some(Arc::new(PolicySnapshot { budget_version: version, tree, rules, ranking, usage_at })));
+        self.seen = Some((version, usage_at));
+        Ok(true)
+    }
+
+    pub fn is_failing(&self) -> bool {
+        self.problems.is_failing()
+    }
+}
+
+/// A [`Follower`] on its own thread, refreshing every `period` until dropped.
+pub struct FollowerThread {
+    published: Arc<ArcSwapOption<PolicySnapshot>>,
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl FollowerThread {
+    /// Reads the ledger once right away (so the first callbacks have a
+    /// snapshot), then every `period` on a thread named `name`.
+    pub fn start(name: &str, path: &Path, period: Duration) -> std::io::Result<FollowerThread> {
+        let mut follower = Follower::new(path);
+        follower.refresh();
+        let published = follower.handle();
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop_thread = stop.clone();
+        let thread = std::thread::Builder::new().name(name.to_owned()).spawn(move || {
+            let (lock, cvar) = &*stop_thread;
+            loop {
+                let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+                let (guard, _) = cvar.wait_timeout_while(guard, period, |stopped| !*stopped).unwrap_or_else(|p| p.into_inner());
+                if *guard {
+                    return;
+                }
+                drop(guard);
+                // A panic here must not take slurmctld down: catch it, log it,
+                // and keep the last snapshot.
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| follower.refresh())).is_err() {
+                    log::error!("ledger refresh panicked; keeping the last snapshot");
+                }
+            }
+        })?;
+        Ok(FollowerThread { published, stop, thread: Some(thread) })
+    }
+
+    /// The current snapshot, if any was ever read. Lock-free.
+    pub fn load(&self) -> Option<Arc<PolicySnapshot>> {
+        self.published.load_full()
+    }
+}
+
+impl Drop for FollowerThread {
+    fn drop(&mut self) {
+        let (lock, cvar) = &*self.stop;
+        *lock.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cvar.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot_ledger::{LeafUsage, Period, UsageSnapshot};
+
+    const BUDGET: &str = "[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
+
+    #[test]
+    fn follows_versions_and_usage_and_survives_a_broken_ledger() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut f = Follower::new(&path);
+        assert!(!f.refresh());
+        assert!(f.is_failing(), "a missing ledger is a problem");
+        assert!(f.handle().load().is_none());
+
+        let mut l = Ledger::open(&path).unwrap();
+        l.sync_budget(BUDGET, &BudgetTree::parse(BUDGET).unwrap(), "root", "t", 1).unwrap();
+        assert!(f.refresh());
+        assert!(!f.is_failing());
+        let s = f.handle().load_full().unwrap();
+        assert_eq!((s.budget_version, s.usage_at), (1, 0));
+        assert!(!f.refresh(), "nothing changed");
+
+        // a used a lot: b ranks first.
+        let snapshot = UsageSnapshot { computed_at: 50, budget_version: 1, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 1000, unallocated: 0 }] };
+        l.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
+        assert!(f.refresh());
+        let s = f.handle().load_full().unwrap();
+        assert_eq!(s.ranking.leaves_in_order, vec![1, 0]);
+
+        // Corrupt the file: the snapshot stays.
+        drop(l);
+        std::fs::write(&path, b"this is not a database").unwrap();
+        let _ = std::fs::remove_file(dir.path().join("l.db-wal"));
+        let _ = std::fs::remove_file(dir.path().join("l.db-shm"));
+        // An open connection may not notice until it re-reads a page; either
+        // way the last good snapshot stays, and a fresh reader reports it.
+        assert!(!f.refresh());
+        assert_eq!(f.handle().load_full().unwrap().ranking.leaves_in_order, vec![1, 0]);
+        let mut fresh = Follower::new(&path);
+        assert!(!fresh.refresh());
+        assert!(fresh.is_failing());
+
+        // Deleted, then a fresh ledger appears: followed again.
+        std::fs::remove_file(&path).unwrap();
+        assert!(!f.refresh());
+        let mut l = Ledger::open(&path).unwrap();
+        let v2 = BUDGET.replace("share=1\naccounts=[\"b\"]", "share=3\naccounts=[\"b\"]");
+        l.sync_budget(&v2, &BudgetTree::parse(&v2).unwrap(), "root", "t", 2).unwrap();
+        assert!(f.refresh());
+        assert!(!f.is_failing());
+        let s = f.handle().load_full().unwrap();
+        assert_eq!(s.budget_version, 1, "the fresh ledger starts at version 1 again");
+        assert!((s.tree.node(s.tree.find("b").unwrap()).effective_share - 0.75).abs() < 1e-12);
+    }
+}
