@@ -388,7 +388,6 @@ impl Worker {
                 self.pending_events.drain(..50_000);
             }
         }
-        let path = self.ledger_path.display().to_string();
-        self.writer_problems.report(&format!("writing ledger {path}"), result);
+        self.writer_problems.report("writing the ledger", result);
     }
 }

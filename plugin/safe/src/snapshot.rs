@@ -102,7 +102,7 @@ impl Follower {
     pub fn refresh(&mut self) -> bool {
         let result = self.try_refresh();
         let changed = *result.as_ref().unwrap_or(&false);
-        self.problems.report(&format!("ledger {}", self.path.display()), result.map(|_| ()));
+        self.problems.report("reading the ledger", result.map(|_| ()));
         changed
     }
 
@@ -119,7 +119,7 @@ impl Follower {
             self.seen = None;
         }
         if self.ledger.is_none() {
-            let ino = now_inode.ok_or_else(|| "the ledger file is missing (sync a budget with `allot sync`)".to_owned())?;
+            let ino = now_inode.ok_or_else(|| format!("{} is missing (sync a budget with `allot sync`)", self.path.display()))?;
             let l = Ledger::open_read_only(&self.path).map_err(|e| e.to_string())?;
             self.ledger = Some((l, ino));
         }
@@ -132,7 +132,7 @@ impl Follower {
         let version = ledger.current_budget_version().map_err(|e| e.to_string())?;
         let snapshot = ledger.usage_snapshot().map_err(|e| e.to_string())?;
         let Some(version) = version else {
-            return Err("the ledger holds no budget yet (sync one with `allot sync`)".to_owned());
+            return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.path.display()));
         };
         let usage_at = snapshot.as_ref().map_or(0, |s| s.computed_at);
         if self.seen == Some((version, usage_at)) {

@@ -1,0 +1,363 @@
+//! allot inside a real Slurm 22.05.8: munged, slurmctld and four slurmd with
+//! eight fake GPUs each, the three plugins loaded, real sbatch jobs. Each
+//! test asserts on what sbatch/scontrol say or on the ledger.
+//!
+//! Needs root and the packages of `scripts/install-deps.sh`, and the release
+//! build (`cargo build --release --workspace`): the README's test command
+//! does all of it.
+
+mod support;
+
+use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
+use support::{now, secs, text, Options, TestCluster};
+
+/// Two teams under one program, and a second program; dave belongs to both
+/// teams (teama by default); erin to none.
+const BUDGET: &str = r#"
+[cluster]
+lookback = "1h"
+min_runtime_cap = "8h"
+default_min_runtime = "30s"
+grace = "5s"
+preempt_margin = 0.05
+
+[default_leaf]
+dave = "lab/teama"
+
+[budget]
+owners = ["root"]
+
+[budget.lab]
+share = 1
+
+[budget.lab.teama]
+share = 1
+accounts = ["teama"]
+members = ["alice", "dave"]
+
+[budget.lab.teamb]
+share = 1
+accounts = ["teamb"]
+members = ["bob", "dave"]
+
+[budget.other]
+share = 1
+accounts = ["other"]
+members = ["carol"]
+"#;
+
+/// Team A used 32 GPUs for the last half hour: twice its allocation (a
+/// quarter of 32 GPUs over the one-hour window).
+fn plant_history(cluster: &TestCluster) {
+    let mut l = Ledger::open(cluster.ledger_path()).unwrap();
+    let t = now();
+    let runs = (0..4)
+        .map(|i| {
+            RunUpdate::Open(RunRow {
+                job_id: 900_000 + i,
+                run_start: t - 1800,
+                run_end: Some(t - 60),
+                leaf: Some("lab/teama".into()),
+                account: Some("teama".into()),
+                user: Some("alice".into()),
+                gpus: 8,
+                allocated: true,
+                end_reason: Some("finished".into()),
+            })
+        })
+        .collect();
+    l.record_period(&Period { runs, ..Default::default() }).unwrap();
+}
+
+/// A cluster whose ledger holds that history; slurmctld is restarted so
+/// that the priority plugin reads it, as after any restart.
+fn start_with_history(name: &str, options: Options) -> TestCluster {
+    let c = TestCluster::start(name, BUDGET, options);
+    plant_history(&c);
+    c.restart_slurmctld();
+    c
+}
+
+fn sleep_job(seconds: u32) -> String {
+    format!("--wrap=sleep {seconds}")
+}
+
+#[test]
+fn t1_bad_contracts_and_non_members_are_refused_at_submission() {
+    let c = TestCluster::start("refusals", BUDGET, Options::default());
+    let refused = |user: &str, args: &[&str], wanted: &str| {
+        let e = c.sbatch(user, args).expect_err(&format!("{args:?} was accepted"));
+        assert!(e.contains(wanted), "sbatch {args:?}: wanted {wanted:?}, got:\n{e}");
+    };
+    refused("alice", &["--gres=gpu:1", "--comment=min_runtime=9h", &sleep_job(5)], "allot: min_runtime=9h exceeds the cluster cap of 8h");
+    refused("alice", &["--comment=min_runtime=2", &sleep_job(5)], "min_runtime=2 is not valid: give a unit");
+    refused("alice", &["--comment=priority=urgent", &sleep_job(5)], "priority=urgent is not valid: priority is low, normal or high");
+    refused("alice", &["--comment=min_runtim=2h", &sleep_job(5)], "did you mean min_runtime");
+    refused("alice", &["--account=teamb", &sleep_job(5)], "user 'alice' is not a member of budget lab/teamb (account 'teamb'); budgets you may use: teama");
+    refused("alice", &["--account=nosuch", &sleep_job(5)], "account 'nosuch' is not in the allot budget tree; budgets you may use: teama");
+    refused("erin", &[&sleep_job(5)], "user 'erin' has no default budget");
+
+    // srun and salloc go through job_submit too.
+    let srun = c.slurm(Some("alice"), "srun", &["--comment=min_runtime=9h", "true"]);
+    assert!(!srun.status.success() && text(&srun).contains("min_runtime=9h exceeds the cluster cap of 8h"), "{}", text(&srun));
+    let salloc = c.slurm(Some("bob"), "salloc", &["--account=teama", "true"]);
+    assert!(!salloc.status.success() && text(&salloc).contains("not a member of budget lab/teama"), "{}", text(&salloc));
+
+    // Accepted jobs carry the canonical contract and their leaf's account.
+    let id = c.sbatch("dave", &["--comment=sweep 3 min_runtime=90m priority=HIGH", "--hold", &sleep_job(5)]).unwrap();
+    let job = c.job(id);
+    assert_eq!(job.comment(), "sweep 3 min_runtime=1h30m priority=high");
+    assert_eq!(job.get("Account"), "teama", "dave's default leaf");
+    let id2 = c.sbatch("bob", &["--hold", &sleep_job(5)]).unwrap();
+    assert_eq!(c.job(id2).comment(), "min_runtime=30s priority=normal", "the default minimum runtime is written out");
+
+    // scontrol update is checked the same way.
+    let up = c.scontrol(&["update", &format!("jobid={id}"), "comment=min_runtime=12h"]);
+    assert!(!up.status.success(), "raising min_runtime past the cap was accepted: {}", text(&up));
+    assert_eq!(c.job(id).comment(), "sweep 3 min_runtime=1h30m priority=high");
+    let up = c.scontrol(&["update", &format!("jobid={id2}"), "account=teama"]);
+    assert!(!up.status.success(), "bob moved a job to a budget he does not belong to: {}", text(&up));
+    // dave belongs to teamb too, so allot lets the update through. (Without
+    // slurmdbd Slurm has no associations and keeps the account as it was;
+    // that part is Slurm's.)
+    let up = c.scontrol(&["update", &format!("jobid={id}"), "account=teamb"]);
+    assert!(up.status.success(), "dave belongs to teamb too: {}", text(&up));
+}
+
+#[test]
+fn t2_the_under_served_team_gets_higher_priority_and_starts_first() {
+    let c = start_with_history("fairshare", Options::default());
+    // Fill the cluster with protected jobs of the other program.
+    let blockers: Vec<u32> = (0..4).map(|_| c.sbatch("carol", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("the blockers run", secs(30), || blockers.iter().all(|&b| c.job(b).state() == "RUNNING"));
+    // Team A (over its share) submits first, team B (unused) after.
+    let a: Vec<u32> = (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap()).collect();
+    std::thread::sleep(secs(1));
+    let b: Vec<u32> = (0..3).map(|_| c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap()).collect();
+    std::thread::sleep(secs(3));
+    let lowest_b = b.iter().map(|&j| c.job(j).priority()).min().unwrap();
+    let highest_a = a.iter().map(|&j| c.job(j).priority()).max().unwrap();
+    assert!(lowest_b > highest_a, "team B's priorities must all beat team A's: B min {lowest_b}, A max {highest_a}");
+    // Within a team, first come first served, and no ties.
+    let pa: Vec<u32> = a.iter().map(|&j| c.job(j).priority()).collect();
+    assert!(pa.windows(2).all(|w| w[0] > w[1]), "{pa:?}");
+    // Free the cluster: B's three jobs and one of A's start.
+    for blocker in &blockers {
+        c.slurm(None, "scancel", &[&blocker.to_string()]);
+    }
+    c.wait_for("four jobs run", secs(60), || a.iter().chain(&b).filter(|&&j| c.job(j).state() == "RUNNING").count() == 4);
+    for &j in &b {
+        assert_eq!(c.job(j).state(), "RUNNING", "team B's job {j} should have started first");
+    }
+    assert_eq!(c.job(a[0]).state(), "RUNNING", "then team A's oldest");
+}
+
+#[test]
+fn t3_an_unallocated_job_is_requeued_for_an_allocated_one() {
+    let c = TestCluster::start("unallocated", BUDGET, Options::default());
+    let free: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("the unallocated jobs run", secs(30), || free.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    let t0 = std::time::Instant::now();
+    let allocated = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
+    c.wait_state(allocated, "RUNNING", secs(60));
+    eprintln!("allocated job started {:?} after submission", t0.elapsed());
+    let requeued: Vec<u32> = free.iter().copied().filter(|&j| c.job(j).restarts() == 1).collect();
+    assert_eq!(requeued.len(), 1, "exactly one unallocated job gives way");
+    assert_eq!(c.job(requeued[0]).state(), "PENDING");
+    assert_eq!(c.job(requeued[0]).comment(), "min_runtime=0 priority=normal", "the contract survives the requeue");
+    // An unallocated job never preempts: a new one just waits.
+    let waiting = c.sbatch("carol", &["--gres=gpu:8", "--comment=min_runtime=0", &sleep_job(600)]).unwrap();
+    std::thread::sleep(secs(8));
+    assert_eq!(c.job(waiting).state(), "PENDING");
+    assert!(free.iter().all(|&j| c.job(j).restarts() <= 1));
+    assert_eq!(c.job(allocated).state(), "RUNNING");
+}
+
+#[test]
+fn t4_protected_until_its_minimum_runtime_then_preempted_when_it_ranks_lower() {
+    let c = start_with_history("protection", Options::default());
+    // Team A (twice over its share) holds every GPU, protected for 40 s.
+    let a: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=40s", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("team A runs", secs(30), || a.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    let started = now();
+    // Team B (unused) wants 8 GPUs.
+    let b = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=10s", &sleep_job(600)]).unwrap();
+    // Inside the minimum runtime nothing moves.
+    while now() < started + 30 {
+        assert_eq!(c.job(b).state(), "PENDING", "B started inside A's minimum runtime");
+        assert!(a.iter().all(|&j| c.job(j).restarts() == 0), "an A job was preempted inside its minimum runtime");
+        std::thread::sleep(secs(2));
+    }
+    // After it, B's under-served allocation takes one A job's GPUs.
+    c.wait_state(b, "RUNNING", secs(90));
+    assert!(now() >= started + 40, "B started before A's minimum runtime was over");
+    assert_eq!(a.iter().filter(|&&j| c.job(j).restarts() == 1).count(), 1, "exactly one A job was preempted");
+    // The other way round: B's job is past its own minimum runtime, yet
+    // team A (still over-served) may not take it back.
+    let a2 = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    std::thread::sleep(secs(25));
+    assert_eq!(c.job(b).state(), "RUNNING", "an over-served allocation preempted an under-served one");
+    assert_eq!(c.job(b).restarts(), 0);
+    assert_eq!(c.job(a2).state(), "PENDING");
+}
+
+#[test]
+fn t5_a_preempted_resumable_job_runs_again_even_if_it_exits_on_sigterm() {
+    let c = TestCluster::start("resume", BUDGET, Options { recompute_period: 1, grace: 6 });
+    // Three plain unallocated jobs, and one that checkpoints on SIGTERM and exits 0.
+    let plain: Vec<u32> = (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-x", "n4", &sleep_job(600)]).unwrap()).collect();
+    let script = "#!/bin/bash\ntrap 'echo checkpoint; exit 0' TERM\nsleep 600 &\nwait\n";
+    let script_path = c.job_dir().join("ckpt.sh");
+    std::fs::write(&script_path, script).unwrap();
+    let ckpt = c.sbatch("alice", &["--gres=gpu:8", "--comment=ckpt min_runtime=0", "--requeue", "-w", "n4", "--signal=B:TERM@6", script_path.to_str().unwrap()]).unwrap();
+    c.wait_for("all run", secs(30), || plain.iter().chain([&ckpt]).all(|&j| c.job(j).state() == "RUNNING"));
+    // An allocated job that can only run on n4 takes the checkpointing job's GPUs.
+    let preemptor = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=5m", "-w", "n4", &sleep_job(600)]).unwrap();
+    c.wait_state(preemptor, "RUNNING", secs(90));
+    // The checkpointing job exited 0 during its grace time; allot requeued it anyway.
+    c.wait_for("the checkpointing job is requeued", secs(30), || {
+        let j = c.job(ckpt);
+        j.restarts() == 1 && j.state() == "PENDING"
+    });
+    let events = c.ledger().events_of_job(ckpt).unwrap();
+    assert!(events.iter().any(|e| e.kind == "requeued_after_grace"), "{events:?}");
+    // Free n4: it runs again, contract intact.
+    c.slurm(None, "scancel", &[&preemptor.to_string()]);
+    c.wait_state(ckpt, "RUNNING", secs(60));
+    let j = c.job(ckpt);
+    assert_eq!(j.restarts(), 1);
+    assert_eq!(j.comment(), "ckpt min_runtime=0 priority=normal");
+}
+
+#[test]
+fn t6_the_ledger_charges_the_right_leaf_and_never_unallocated_time() {
+    let c = TestCluster::start("charges", BUDGET, Options::default());
+    let charged = c.sbatch("alice", &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(8)]).unwrap();
+    let free = c.sbatch("bob", &["--gres=gpu:4", "--comment=min_runtime=0", &sleep_job(8)]).unwrap();
+    let dave = c.sbatch("dave", &["--gres=gpu:1", "--account=teamb", "--comment=min_runtime=5s", &sleep_job(8)]).unwrap();
+    for id in [charged, free, dave] {
+        c.wait_for(&format!("job {id} completes"), secs(60), || c.job(id).state() == "COMPLETED");
+    }
+    std::thread::sleep(secs(4)); // a recompute records the ends
+    let l = c.ledger();
+    let runs = |id| l.runs_of_job(id).unwrap();
+    let a = &runs(charged)[0];
+    assert_eq!((a.leaf.as_deref(), a.gpus, a.allocated), (Some("lab/teama"), 2, true));
+    let seconds = a.run_end.unwrap() - a.run_start;
+    assert!((7..=11).contains(&seconds), "ran about 8 s, recorded {seconds}");
+    let f = &runs(free)[0];
+    assert_eq!((f.leaf.as_deref(), f.gpus, f.allocated), (Some("lab/teamb"), 4, false));
+    assert_eq!(runs(dave)[0].leaf.as_deref(), Some("lab/teamb"), "dave charged the account he named");
+    // GPU-seconds per leaf: unallocated time is never charged.
+    let by_leaf: std::collections::HashMap<String, i64> = l.charged_by_leaf(now() - 3600, now()).unwrap().into_iter().collect();
+    let teama = by_leaf["lab/teama"];
+    assert!((14..=22).contains(&teama), "teama: 2 GPUs x ~8 s, got {teama}");
+    let teamb = by_leaf["lab/teamb"];
+    assert!((7..=11).contains(&teamb), "teamb: only dave's 1 GPU x ~8 s, got {teamb}");
+    // The usage snapshot the plugins rank by agrees.
+    let snap = l.usage_snapshot().unwrap().unwrap();
+    let leaf = |p: &str| snap.leaves.iter().find(|u| u.leaf == p).unwrap().clone();
+    assert_eq!(leaf("lab/teama").charged, teama);
+    assert!(leaf("lab/teamb").unallocated >= 28, "bob's 4 GPUs x ~8 s recorded as unallocated");
+    assert_eq!(leaf("other").charged, 0);
+    assert_eq!(snap.capacity_gpus, 32, "capacity counted from Slurm's nodes");
+    // And the contracts are in the ledger.
+    let contract = l.contract(charged).unwrap().unwrap();
+    assert_eq!((contract.min_runtime, contract.leaf.as_deref()), (5, Some("lab/teama")));
+}
+
+#[test]
+fn t7_a_draining_node_empties_as_its_jobs_reach_their_minimum_runtime() {
+    let c = TestCluster::start("drain", BUDGET, Options::default());
+    let short = c.sbatch("alice", &["--gres=gpu:4", "-w", "n1", "--comment=min_runtime=15s", "--requeue", &sleep_job(600)]).unwrap();
+    let long = c.sbatch("bob", &["--gres=gpu:4", "-w", "n1", "--comment=min_runtime=35s", "--requeue", &sleep_job(600)]).unwrap();
+    c.wait_for("both run on n1", secs(30), || c.job(short).state() == "RUNNING" && c.job(long).state() == "RUNNING");
+    let started = now();
+    let out = c.scontrol(&["update", "nodename=n1", "state=drain", "reason=repair"]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Before 15 s: both stay.
+    std::thread::sleep(secs(8));
+    assert_eq!((c.job(short).restarts(), c.job(long).restarts()), (0, 0), "requeued inside the minimum runtime");
+    c.wait_for("the 15 s job is requeued", secs(30), || c.job(short).restarts() == 1);
+    assert!(now() >= started + 14, "requeued too early");
+    assert_eq!(c.job(long).restarts(), 0, "the 35 s job must stay until its minimum runtime");
+    c.wait_for("the 35 s job is requeued", secs(45), || c.job(long).restarts() == 1);
+    assert!(now() >= started + 34, "requeued too early");
+    c.wait_for("n1 is drained and empty", secs(30), || {
+        let out = c.slurm(None, "sinfo", &["-h", "-n", "n1", "-o", "%T"]);
+        String::from_utf8_lossy(&out.stdout).trim() == "drained"
+    });
+    let events = c.ledger().events_of_job(short).unwrap();
+    assert!(events.iter().any(|e| e.kind == "drained"), "{events:?}");
+}
+
+#[test]
+fn t8_a_slurmctld_restart_keeps_usage_and_contracts() {
+    let c = TestCluster::start("restart", BUDGET, Options::default());
+    let running = c.sbatch("alice", &["--gres=gpu:8", "--comment=keep me min_runtime=10m", &sleep_job(600)]).unwrap();
+    let pending = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=2m priority=low", "--begin=now+1hour", &sleep_job(600)]).unwrap();
+    c.wait_state(running, "RUNNING", secs(30));
+    std::thread::sleep(secs(6));
+    let before = c.ledger().usage_snapshot().unwrap().unwrap();
+    let a_before = before.leaves.iter().find(|u| u.leaf == "lab/teama").unwrap().charged;
+    assert!(a_before >= 8 * 4, "usage is being recorded: {a_before}");
+
+    c.restart_slurmctld();
+    std::thread::sleep(secs(5));
+    // Jobs and their contracts survive (Slurm's state), usage continues
+    // from the ledger rather than restarting at zero.
+    assert_eq!(c.job(running).state(), "RUNNING");
+    assert_eq!(c.job(running).comment(), "keep me min_runtime=10m priority=normal");
+    assert_eq!(c.job(pending).comment(), "min_runtime=2m priority=low");
+    let after = c.ledger().usage_snapshot().unwrap().unwrap();
+    assert!(after.computed_at > before.computed_at, "the restarted plugin records again");
+    let a_after = after.leaves.iter().find(|u| u.leaf == "lab/teama").unwrap().charged;
+    assert!(a_after > a_before, "usage went from {a_before} to {a_after}: lost in the restart");
+    // One run, still open: not closed and reopened by the restart.
+    let runs = c.ledger().runs_of_job(running).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].run_end, None);
+    assert!(c.ledger().contract(running).unwrap().is_some());
+}
+
+#[test]
+fn t9_losing_the_ledger_does_not_stop_scheduling() {
+    let c = TestCluster::start("ledgerloss", BUDGET, Options::default());
+    let first = c.sbatch("alice", &["--gres=gpu:2", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    c.wait_state(first, "RUNNING", secs(30));
+
+    // Corrupt it: scheduling and contract checks go on from memory.
+    std::fs::write(c.ledger_path(), vec![0x5a; 64 * 1024]).unwrap();
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-wal"));
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-shm"));
+    let refused = c.sbatch("alice", &["--comment=min_runtime=9h", &sleep_job(5)]);
+    assert!(refused.unwrap_err().contains("exceeds the cluster cap of 8h"), "checks continue on the last good budget");
+    let jobs: Vec<u32> = (0..5).map(|_| c.sbatch("bob", &["--gres=gpu:2", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("new jobs start with a corrupt ledger", secs(60), || jobs.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    std::thread::sleep(secs(5));
+
+    // Delete it: the same.
+    std::fs::remove_file(c.ledger_path()).unwrap();
+    let more: Vec<u32> = (0..3).map(|_| c.sbatch("carol", &["--gres=gpu:2", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("new jobs start with no ledger", secs(60), || more.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    std::thread::sleep(secs(5));
+
+    // Each plugin reports each problem once: not once per job or per period
+    // (the test ran through some 15 periods and 9 submissions).
+    let log = c.ctld_log();
+    for plugin in ["priority/allot:", "preempt/allot:", "job_submit/allot:"] {
+        let errors: Vec<&str> = log.lines().filter(|l| l.contains("error:") && l.contains(plugin)).collect();
+        assert!(!errors.is_empty(), "{plugin} did not report the broken ledger:\n{log}");
+        assert!(errors.len() <= 4, "{plugin} logged {} errors, the problem once per period?\n{}", errors.len(), errors.join("\n"));
+    }
+
+    // Sync a budget again: the ledger is back, and the runs still going are in it.
+    let budget = c.dir.join("budgets.toml");
+    let out = c.allot(&["sync", budget.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    c.wait_for("the plugin writes the new ledger", secs(20), || {
+        Ledger::open_read_only(c.ledger_path()).ok().and_then(|l| l.usage_snapshot().ok().flatten()).is_some()
+    });
+    let l = c.ledger();
+    assert!(!l.runs_of_job(more[0]).unwrap().is_empty(), "runs kept in memory reached the new ledger");
+}

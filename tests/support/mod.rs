@@ -1,0 +1,306 @@
+//! A real Slurm cluster for one test: munged, slurmctld and four slurmd
+//! (n1..n4, 8 fake GPUs each) with allot's plugins, in a directory of its
+//! own, started by `scripts/cluster.sh` and stopped when the value drops. If
+//! the test failed, the daemons' logs are printed first.
+//!
+//! Tests run one cluster at a time (they share the machine's two cores and
+//! their timings matter): [`TestCluster::start`] takes a process-wide lock.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use allot_ledger::Ledger;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where cargo put the release build (plugins and the `allot` command).
+pub fn target_release() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target")).join("release")
+}
+
+/// Test users, created once if missing (the tests run as root, as CI does).
+pub const USERS: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];
+
+fn ensure_users() {
+    for user in USERS {
+        let exists = Command::new("id").arg(user).output().map(|o| o.status.success()).unwrap_or(false);
+        if !exists {
+            let out = Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", user]).output().expect("useradd runs");
+            assert!(out.status.success(), "useradd {user}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+}
+
+/// Settings of one test cluster.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// allot.conf RecomputePeriod, seconds.
+    pub recompute_period: u32,
+    /// allot.conf GraceTime, seconds.
+    pub grace: u32,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { recompute_period: 1, grace: 3 }
+    }
+}
+
+pub struct TestCluster {
+    pub dir: PathBuf,
+    pub name: String,
+    port_base: u16,
+    _serial: MutexGuard<'static, ()>,
+}
+
+/// One job as `scontrol show job -o` reports it.
+#[derive(Debug, Clone)]
+pub struct JobInfo {
+    pub id: u32,
+    pub fields: std::collections::HashMap<String, String>,
+}
+
+impl JobInfo {
+    pub fn get(&self, key: &str) -> &str {
+        self.fields.get(key).map(String::as_str).unwrap_or("")
+    }
+    pub fn state(&self) -> &str {
+        self.get("JobState")
+    }
+    pub fn priority(&self) -> u32 {
+        self.get("Priority").parse().unwrap_or(0)
+    }
+    pub fn restarts(&self) -> u32 {
+        self.get("Restarts").parse().unwrap_or(0)
+    }
+    pub fn comment(&self) -> &str {
+        self.get("Comment")
+    }
+    pub fn nodes(&self) -> &str {
+        self.get("NodeList")
+    }
+}
+
+/// Parses `scontrol show job -o` output: one job per line of `Key=Value`
+/// pairs, keys capitalized. A value with spaces (a Comment such as
+/// `sweep 3 min_runtime=2h`) continues until the next capitalized key.
+fn parse_jobs(text: &str) -> Vec<JobInfo> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("JobId=")) {
+        let mut fields = std::collections::HashMap::new();
+        let mut last_key: Option<String> = None;
+        for token in line.split_whitespace() {
+            match token.split_once('=') {
+                Some((k, v)) if k.chars().all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '/') && k.chars().next().is_some_and(|c| c.is_ascii_uppercase()) => {
+                    fields.insert(k.to_owned(), v.to_owned());
+                    last_key = Some(k.to_owned());
+                }
+                _ => {
+                    if let Some(k) = &last_key {
+                        let e: &mut String = fields.get_mut(k).expect("inserted");
+                        e.push(' ');
+                        e.push_str(token);
+                    }
+                }
+            }
+        }
+        let id = fields.get("JobId").and_then(|v| v.parse().ok()).unwrap_or(0);
+        out.push(JobInfo { id, fields });
+    }
+    out
+}
+
+impl TestCluster {
+    /// Brings up a cluster named `name` whose ledger holds `budget`
+    /// (synced with the `allot` command, as an admin would).
+    pub fn start(name: &str, budget: &str, options: Options) -> TestCluster {
+        let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        assert!(nix::unistd::Uid::current().is_root(), "cluster tests need root (they run slurmd and submit as test users); CI runs them as root");
+        for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "allot"] {
+            assert!(target_release().join(f).exists(), "{} is missing: run `cargo build --release --workspace` first (the README's test command does)", f);
+        }
+        ensure_users();
+        // A port base per test name, so a leftover cluster cannot collide.
+        let port_base = 20000 + (name.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 400) as u16 * 10;
+        let dir = std::env::temp_dir().join(format!("allot-test-{name}"));
+        if dir.join("run").exists() {
+            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).env("ALLOT_PORT_BASE", port_base.to_string()).output();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let budget_file = dir.join("budgets.toml");
+        std::fs::write(&budget_file, budget).unwrap();
+        let cluster = TestCluster { dir, name: name.to_owned(), port_base, _serial: serial };
+        let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
+        assert!(sync.status.success(), "allot sync: {}", text(&sync));
+        let up = Command::new(repo().join("scripts/cluster.sh"))
+            .args(["up", cluster.dir.to_str().unwrap(), "--plugins", "allot"])
+            .env("ALLOT_PORT_BASE", port_base.to_string())
+            .env("ALLOT_RECOMPUTE_PERIOD", options.recompute_period.to_string())
+            .env("ALLOT_GRACE_TIME", options.grace.to_string())
+            .env("CARGO_TARGET_DIR", target_release().parent().unwrap())
+            .output()
+            .expect("scripts/cluster.sh runs");
+        assert!(up.status.success(), "cluster up failed:\n{}", text(&up));
+        cluster
+    }
+
+    pub fn slurm_conf(&self) -> PathBuf {
+        self.dir.join("etc/slurm.conf")
+    }
+    pub fn ledger_path(&self) -> PathBuf {
+        self.dir.join("ledger.db")
+    }
+
+    /// A Slurm command, run as `user` (None: root).
+    pub fn slurm(&self, user: Option<&str>, program: &str, args: &[&str]) -> Output {
+        let mut cmd = match user {
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--", program]);
+                c
+            }
+            None => Command::new(program),
+        };
+        // Jobs write their output into the cluster directory, which test
+        // users may write to (below).
+        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.dir.join("jobs"));
+        cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    /// `allot --ledger <this cluster's> ARGS` (as root).
+    pub fn allot(&self, args: &[&str]) -> Output {
+        Command::new(target_release().join("allot")).arg("--ledger").arg(self.ledger_path()).args(args).output().expect("allot runs")
+    }
+
+    /// Submits a batch job as `user`; Ok(job id) or Err(what sbatch said).
+    pub fn sbatch(&self, user: &str, args: &[&str]) -> Result<u32, String> {
+        self.job_dir();
+        let mut full = vec!["--parsable", "-o", "/dev/null", "-e", "/dev/null"];
+        full.extend_from_slice(args);
+        let out = self.slurm(Some(user), "sbatch", &full);
+        if out.status.success() {
+            let id = String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap_or("").parse::<u32>();
+            id.map_err(|e| format!("cannot read a job id from sbatch: {e}: {}", text(&out)))
+        } else {
+            Err(text(&out))
+        }
+    }
+
+    /// A directory every test user may write job scripts and output to.
+    pub fn job_dir(&self) -> PathBuf {
+        let jobs = self.dir.join("jobs");
+        if !jobs.exists() {
+            std::fs::create_dir_all(&jobs).unwrap();
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o1777)).unwrap();
+            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        jobs
+    }
+
+    /// Every job slurmctld knows.
+    pub fn jobs(&self) -> Vec<JobInfo> {
+        self.job_dir();
+        let out = self.slurm(None, "scontrol", &["show", "job", "-o"]);
+        parse_jobs(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    pub fn job(&self, id: u32) -> JobInfo {
+        self.job_dir();
+        let out = self.slurm(None, "scontrol", &["show", "job", "-o", &id.to_string()]);
+        parse_jobs(&String::from_utf8_lossy(&out.stdout)).into_iter().next().unwrap_or_else(|| panic!("no job {id}: {}", text(&out)))
+    }
+
+    pub fn scontrol(&self, args: &[&str]) -> Output {
+        self.job_dir();
+        self.slurm(None, "scontrol", args)
+    }
+
+    /// Waits until `check` holds, up to `timeout`; panics with `what` if not.
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if check() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        let jobs: Vec<String> = self.jobs().iter().map(|j| format!("  {} {} {} prio={} restarts={} nodes={} comment={}", j.id, j.get("Account"), j.state(), j.priority(), j.restarts(), j.nodes(), j.comment())).collect();
+        panic!("timed out after {timeout:?} waiting for: {what}\njobs:\n{}", jobs.join("\n"));
+    }
+
+    pub fn wait_state(&self, id: u32, state: &str, timeout: Duration) {
+        self.wait_for(&format!("job {id} {state}"), timeout, || self.job(id).state() == state);
+    }
+
+    pub fn ledger(&self) -> Ledger {
+        Ledger::open_read_only(self.ledger_path()).expect("the ledger opens")
+    }
+
+    /// slurmctld's log so far.
+    pub fn ctld_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    /// Restarts slurmctld alone (jobs keep running; plugins reload).
+    pub fn restart_slurmctld(&self) {
+        let out = Command::new(repo().join("scripts/cluster.sh"))
+            .args(["restart-ctld", self.dir.to_str().unwrap()])
+            .env("ALLOT_PORT_BASE", self.port_base.to_string())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "restart-ctld: {}", text(&out));
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let logs = Command::new(repo().join("scripts/cluster.sh")).args(["logs", self.dir.to_str().unwrap(), "80"]).output();
+            if let Ok(logs) = logs {
+                eprintln!("==== daemon logs of test cluster {} ====\n{}", self.name, text(&logs));
+            }
+        }
+        let down = Command::new(repo().join("scripts/cluster.sh"))
+            .args(["down", self.dir.to_str().unwrap()])
+            .env("ALLOT_PORT_BASE", self.port_base.to_string())
+            .output();
+        match down {
+            Ok(out) if out.status.success() => {
+                if !std::thread::panicking() {
+                    let _ = std::fs::remove_dir_all(&self.dir);
+                }
+            }
+            Ok(out) => eprintln!("cluster down failed: {}", text(&out)),
+            Err(e) => eprintln!("cluster down failed: {e}"),
+        }
+    }
+}
+
+pub fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+pub fn secs(s: u64) -> Duration {
+    Duration::from_secs(s)
+}
+
+/// Seconds since the epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+/// A path under the cluster's directory, as a string.
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
