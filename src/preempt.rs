@@ -142,6 +142,14 @@ pub fn may_preempt(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime
     let (Some(victim), Some(waiting)) = (preemptee.leaf, preemptor.leaf) else {
         return PreemptDecision::NoSameAllocation;
     };
+    outranks(victim, waiting, ranking)
+}
+
+/// Rule 4 of [`may_preempt`] alone: may an allocated job of leaf `waiting`
+/// take the GPUs of an allocated, no longer protected job of leaf `victim`?
+/// Past protection the answer depends only on the two leaves, so a caller
+/// deciding for many jobs at once (the simulator) asks once per leaf pair.
+pub fn outranks(victim: LeafId, waiting: LeafId, ranking: &Ranking) -> PreemptDecision {
     if victim as usize >= ranking.leaves() || waiting as usize >= ranking.leaves() {
         // A leaf this ranking does not know (the budget just changed): keep
         // the running job until the next ranking says otherwise.

@@ -1,0 +1,482 @@
+//! `allot simulate`: glue between the command line and the `allot-sim` crate.
+//!
+//! ```text
+//! allot simulate WORKLOAD.csv --cluster 75x8 [--budgets B.toml] [--policy allot,baseline] [--json OUT.json] [--plots DIR]
+//! allot simulate generate scenario --cluster 75x8 --days 30 --seed 1 --out jobs.csv --budgets-out budgets.toml
+//! allot simulate generate trace philly.csv --seed 1 --out philly-full.csv
+//! ```
+use std::fs;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use allot::budget::BudgetTree;
+use allot::duration::parse_duration;
+use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
+use allot_sim::{metrics, plot, prepare, simulate, ClusterSpec, Config, PolicyKind, Workload};
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SimulateArgs {
+    #[command(subcommand)]
+    command: Option<SimulateCommand>,
+    // Boxed: the options are many, and `Command` holds this by value.
+    #[command(flatten)]
+    run: Box<RunArgs>,
+}
+
+#[derive(Subcommand)]
+enum SimulateCommand {
+    /// Write a workload CSV: a generated scenario, or a trace with the columns it lacks derived.
+    Generate {
+        #[command(subcommand)]
+        what: GenerateCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenerateCommand {
+    /// Bursty, seasonal demand per team at a multiple of capacity: debug jobs,
+    /// single- and multi-node training, free sweeps, squatting sessions.
+    Scenario(ScenarioArgs),
+    /// Fill in a trace's missing columns (user, min_runtime_s, resumable,
+    /// priority, kind) by the seeded rule of sim/README.md; optionally replicate it.
+    Trace(TraceArgs),
+}
+
+fn duration(s: &str) -> Result<i64, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+fn cluster(s: &str) -> Result<ClusterSpec, String> {
+    s.parse()
+}
+
+#[derive(Args)]
+struct ScenarioArgs {
+    /// Cluster the load is sized for, NODESxGPUS.
+    #[arg(long, value_parser = cluster, default_value = "75x8")]
+    cluster: ClusterSpec,
+    /// Days of submissions.
+    #[arg(long, default_value_t = 30.0)]
+    days: f64,
+    /// Number of teams (budget leaves), in departments of up to four.
+    #[arg(long, default_value_t = 12)]
+    teams: u32,
+    /// Mean GPUs wanted over the cluster's GPUs (a team's peaks reach two to three times its share).
+    #[arg(long, default_value_t = 1.2)]
+    load: f64,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where to write the workload CSV.
+    #[arg(long, short)]
+    out: PathBuf,
+    /// Where to write the matching budget TOML.
+    #[arg(long)]
+    budgets_out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct TraceArgs {
+    /// The trace CSV (submit_s,gpus,runtime_s,team at least).
+    trace: PathBuf,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Include every job this many times (copies after the first shifted by up to an hour).
+    #[arg(long, default_value_t = 1)]
+    copies: u32,
+    /// Multiply runtimes by this.
+    #[arg(long, default_value_t = 1.0)]
+    runtime_scale: f64,
+    /// GPUs per node: decides which jobs fit one node (debug jobs do).
+    #[arg(long, default_value_t = 8)]
+    gpus_per_node: u32,
+    /// Skip bad rows of the trace (they are listed) instead of failing.
+    #[arg(long)]
+    skip_bad_rows: bool,
+    #[arg(long, short)]
+    out: PathBuf,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Workload CSV: submit_s,gpus,runtime_s,team [,job_id,user,min_runtime_s,resumable,priority,kind].
+    #[arg(required = true)]
+    workload: Option<PathBuf>,
+    /// Cluster shape, NODESxGPUS (75x8: 75 nodes of 8 GPUs).
+    #[arg(long, value_parser = cluster, required = true)]
+    cluster: Option<ClusterSpec>,
+    /// Budget tree TOML; default: one leaf per team, equal shares.
+    #[arg(long)]
+    budgets: Option<PathBuf>,
+    /// Policies to run side by side, comma-separated: allot, baseline.
+    #[arg(long, default_value = "allot,baseline", value_delimiter = ',')]
+    policy: Vec<String>,
+    /// Fair-share window (overrides the budget's [cluster] lookback; budget default 7d).
+    #[arg(long, value_parser = duration)]
+    lookback: Option<i64>,
+    /// Largest minimum runtime a job may declare (budget default 8h); larger declarations run with the cap.
+    #[arg(long, value_parser = duration)]
+    min_runtime_cap: Option<i64>,
+    /// Minimum runtime of a job whose row gives none (budget default 1h).
+    #[arg(long, value_parser = duration)]
+    default_min_runtime: Option<i64>,
+    /// Time from the preemption signal to the kill (budget default 5m).
+    #[arg(long, value_parser = duration)]
+    grace: Option<i64>,
+    /// Anti-thrash margin of allot's preemption (budget default 0.1).
+    #[arg(long)]
+    preempt_margin: Option<f64>,
+    /// Resumable jobs checkpoint this often and lose the work since the last checkpoint when killed; 0: they checkpoint in their grace time and lose nothing.
+    #[arg(long, value_parser = duration, default_value = "30m")]
+    checkpoint_interval: i64,
+    /// Delay before a requeued job may start again.
+    #[arg(long, value_parser = duration, default_value = "0")]
+    requeue_delay: i64,
+    /// Baseline: a team's limit on non-preemptible GPUs, as a multiple of its share of the cluster.
+    #[arg(long, default_value_t = 1.0)]
+    baseline_limit_factor: f64,
+    /// Baseline: use the workload's priority column as cluster-wide static priority levels (default: one level, first come first served).
+    #[arg(long)]
+    baseline_priority_levels: bool,
+    /// Pending jobs one backfill pass considers (Slurm's bf_max_job_test).
+    #[arg(long, default_value_t = 500)]
+    bf_max_job_test: usize,
+    /// Preemption searches per scheduling pass.
+    #[arg(long, default_value_t = 16)]
+    preempt_max_job_test: usize,
+    /// Pending jobs the main scheduler considers after each event (Slurm's default_queue_depth).
+    #[arg(long, default_value_t = 100)]
+    default_queue_depth: usize,
+    /// Time between backfill passes (Slurm's bf_interval).
+    #[arg(long, value_parser = duration, default_value = "30s")]
+    bf_interval: i64,
+    /// Stop this long after the first submission (default: when every job is done).
+    #[arg(long, value_parser = duration)]
+    horizon: Option<i64>,
+    /// Write the reports as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write pictures here: shares-POLICY.png, and gantt-POLICY.png for clusters of at most 256 GPUs.
+    #[arg(long)]
+    plots: Option<PathBuf>,
+    /// Start of the Gantt chart window, from the first submission.
+    #[arg(long, value_parser = duration, default_value = "0")]
+    gantt_from: i64,
+    /// End of the Gantt chart window, from the first submission.
+    #[arg(long, value_parser = duration, default_value = "2d")]
+    gantt_to: i64,
+    /// TrueType font for the pictures' text.
+    #[arg(long, default_value = plot::DEFAULT_FONT)]
+    font: PathBuf,
+    /// Run without the bad rows of the workload (they are listed) instead of failing.
+    #[arg(long)]
+    skip_bad_rows: bool,
+    /// Leave sim_seconds and simulated_days_per_second out, so that outputs compare byte for byte.
+    #[arg(long)]
+    no_timing: bool,
+    /// Check the simulation's invariants afterwards (GPUs never oversubscribed, delivered = executed,
+    /// no protected job preempted, unallocated time never charged, every job accounted for); fail if one breaks.
+    #[arg(long)]
+    check: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        Some(SimulateCommand::Generate { what: GenerateCommand::Scenario(a) }) => generate_scenario(a),
+        Some(SimulateCommand::Generate { what: GenerateCommand::Trace(a) }) => generate_trace(a),
+        None => run_simulation(*args.run),
+    }
+}
+
+fn write_workload(w: &Workload, path: &Path) -> anyhow::Result<()> {
+    let file = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    w.to_csv(std::io::BufWriter::new(file)).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn generate_scenario(a: ScenarioArgs) -> anyhow::Result<ExitCode> {
+    if !(a.days > 0.0 && a.days <= 3650.0 && a.load > 0.0 && a.load <= 100.0) || a.teams == 0 || a.teams > 1000 {
+        bail!("--days must be in (0, 3650], --load in (0, 100], --teams in 1..=1000");
+    }
+    let s = scenario(&ScenarioParams { cluster: a.cluster, days: a.days, teams: a.teams, load: a.load, seed: a.seed });
+    write_workload(&s.workload, &a.out)?;
+    if let Some(b) = &a.budgets_out {
+        fs::write(b, &s.budget_toml).with_context(|| format!("cannot write {}", b.display()))?;
+    }
+    eprintln!("wrote {} jobs of {} teams to {}", s.workload.jobs.len(), s.workload.teams.len(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn read_workload(path: &Path, skip_bad_rows: bool) -> anyhow::Result<Workload> {
+    let file = fs::File::open(path).with_context(|| format!("cannot open the workload {}", path.display()))?;
+    let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    for e in &w.skipped {
+        eprintln!("{}: skipped {e}", path.display());
+    }
+    if !w.ignored_columns.is_empty() {
+        eprintln!("{}: ignoring column(s) {}", path.display(), w.ignored_columns.join(", "));
+    }
+    if w.jobs.is_empty() {
+        bail!("{}: no jobs", path.display());
+    }
+    Ok(w)
+}
+
+fn generate_trace(a: TraceArgs) -> anyhow::Result<ExitCode> {
+    if a.copies == 0 || a.runtime_scale.is_nan() || a.runtime_scale <= 0.0 {
+        bail!("--copies must be at least 1 and --runtime-scale above 0");
+    }
+    let trace = read_workload(&a.trace, a.skip_bad_rows)?;
+    let w = derive(&trace, &DeriveParams { seed: a.seed, copies: a.copies, runtime_scale: a.runtime_scale }, a.gpus_per_node);
+    write_workload(&w, &a.out)?;
+    eprintln!("wrote {} jobs to {}", w.jobs.len(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let (Some(path), Some(cluster)) = (a.workload.as_ref(), a.cluster) else { bail!("give a workload CSV and --cluster") };
+    let mut policies = Vec::new();
+    for p in &a.policy {
+        let kind = PolicyKind::parse(p).with_context(|| format!("unknown policy '{p}': use allot, baseline or allot,baseline"))?;
+        if !policies.contains(&kind) {
+            policies.push(kind);
+        }
+    }
+    let workload = read_workload(path, a.skip_bad_rows)?;
+    let mut tree = match &a.budgets {
+        Some(b) => {
+            let text = fs::read_to_string(b).with_context(|| format!("cannot read the budget {}", b.display()))?;
+            BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?
+        }
+        None => prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?,
+    };
+    let s = &mut tree.settings;
+    if let Some(v) = a.lookback {
+        if v <= 0 {
+            bail!("--lookback must be longer than zero");
+        }
+        s.lookback = v;
+    }
+    if let Some(v) = a.min_runtime_cap {
+        s.min_runtime_cap = v;
+    }
+    if let Some(v) = a.default_min_runtime {
+        s.default_min_runtime = v;
+    } else {
+        s.default_min_runtime = s.default_min_runtime.min(s.min_runtime_cap);
+    }
+    if s.default_min_runtime > s.min_runtime_cap {
+        bail!("--default-min-runtime ({}s) exceeds the minimum-runtime cap ({}s)", s.default_min_runtime, s.min_runtime_cap);
+    }
+    if let Some(v) = a.grace {
+        s.grace = v;
+    }
+    if let Some(m) = a.preempt_margin {
+        if !(m.is_finite() && m >= 0.0) {
+            bail!("--preempt-margin must be a number of at least 0");
+        }
+        s.preempt_margin = m;
+    }
+    if a.bf_max_job_test == 0 {
+        bail!("--bf-max-job-test must be at least 1");
+    }
+    // Fail on a missing font before spending time on the simulation.
+    if a.plots.is_some() {
+        plot::load_font(&a.font)?;
+    }
+    let (first, _) = workload.span();
+    let mut sims = Vec::new();
+    for &policy in &policies {
+        let mut cfg = Config::new(cluster, tree.clone(), policy);
+        cfg.checkpoint_interval = a.checkpoint_interval;
+        cfg.requeue_delay = a.requeue_delay;
+        cfg.baseline_limit_factor = a.baseline_limit_factor;
+        cfg.baseline_priority_levels = a.baseline_priority_levels;
+        cfg.bf_max_job_test = a.bf_max_job_test;
+        cfg.preempt_max_job_test = a.preempt_max_job_test;
+        cfg.default_queue_depth = a.default_queue_depth;
+        cfg.bf_interval = a.bf_interval.max(1);
+        cfg.horizon = a.horizon.map(|h| first + h);
+        let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
+            let bar = indicatif::ProgressBar::new(1000);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("{prefix:>9} [{bar:40}] {percent:>3}% {elapsed}").expect("valid template").progress_chars("=> "),
+            );
+            bar.set_prefix(policy.name());
+            bar
+        });
+        let mut progress = |f: f64| {
+            if let Some(b) = &bar {
+                b.set_position((f * 1000.0) as u64);
+            }
+        };
+        let mut sim = simulate(&workload, &cfg, &mut progress);
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        if a.check {
+            let broken = allot_sim::check::invariants(&workload, &cfg, &sim);
+            if !broken.is_empty() {
+                for b in broken.iter().take(20) {
+                    eprintln!("{}: invariant broken: {b}", policy.name());
+                }
+                bail!("{}: {} invariant violation(s)", policy.name(), broken.len());
+            }
+            eprintln!("{}: all invariants hold", policy.name());
+        }
+        if a.no_timing {
+            sim.report.sim_seconds = None;
+            sim.report.simulated_days_per_second = None;
+        }
+        sims.push((cfg, sim));
+    }
+    let reports: Vec<metrics::Report> = sims.iter().map(|(_, s)| s.report.clone()).collect();
+    print!("{}", metrics::table(&reports));
+    if let Some(j) = &a.json {
+        let doc = serde_json::json!({
+            "workload": {
+                "file": path.display().to_string(),
+                "jobs": workload.jobs.len(),
+                "teams": workload.teams.len(),
+                "skipped_rows": workload.skipped,
+            },
+            "settings": {
+                "cluster": cluster.to_string(),
+                "lookback_s": tree.settings.lookback,
+                "min_runtime_cap_s": tree.settings.min_runtime_cap,
+                "default_min_runtime_s": tree.settings.default_min_runtime,
+                "grace_s": tree.settings.grace,
+                "preempt_margin": tree.settings.preempt_margin,
+                "checkpoint_interval_s": a.checkpoint_interval,
+                "requeue_delay_s": a.requeue_delay,
+                "baseline_limit_factor": a.baseline_limit_factor,
+                "baseline_priority_levels": a.baseline_priority_levels,
+                "bf_max_job_test": a.bf_max_job_test,
+                "preempt_max_job_test": a.preempt_max_job_test,
+                "default_queue_depth": a.default_queue_depth,
+                "bf_interval_s": a.bf_interval,
+                "horizon_s": a.horizon,
+            },
+            "reports": reports,
+        });
+        let text = serde_json::to_string_pretty(&doc)? + "\n";
+        fs::write(j, text).with_context(|| format!("cannot write {}", j.display()))?;
+    }
+    if let Some(dir) = &a.plots {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let font = plot::load_font(&a.font)?;
+        for (cfg, sim) in &sims {
+            let name = cfg.policy.name();
+            let shares = dir.join(format!("shares-{name}.png"));
+            plot::shares(&shares, &font, &workload, &cfg.tree, cluster, &sim.outcome).with_context(|| format!("cannot draw {}", shares.display()))?;
+            eprintln!("wrote {}", shares.display());
+            if cluster.capacity() <= plot::GANTT_MAX_GPUS {
+                let gantt = dir.join(format!("gantt-{name}.png"));
+                let window = (first + a.gantt_from, first + a.gantt_to);
+                plot::gantt(&gantt, &font, &workload, &cfg.tree, cluster, &sim.outcome, window).with_context(|| format!("cannot draw {}", gantt.display()))?;
+                eprintln!("wrote {}", gantt.display());
+            } else {
+                eprintln!("no Gantt chart: it draws one row per GPU, for clusters of at most {} GPUs", plot::GANTT_MAX_GPUS);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(clap::Subcommand)]
+    enum Command {
+        Simulate(SimulateArgs),
+    }
+
+    fn allot(args: &[&str]) -> anyhow::Result<ExitCode> {
+        let cli = Cli::try_parse_from(std::iter::once("allot").chain(std::iter::once("simulate")).chain(args.iter().copied()))?;
+        let Command::Simulate(a) = cli.command;
+        run(a)
+    }
+
+    #[test]
+    fn same_input_and_seed_write_the_same_json_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        for (csv, toml) in [("a.csv", "a.toml"), ("b.csv", "b.toml")] {
+            allot(&["generate", "scenario", "--cluster", "4x8", "--days", "3", "--teams", "4", "--seed", "9", "--out", &p(csv), "--budgets-out", &p(toml)])
+                .unwrap();
+        }
+        assert_eq!(fs::read(p("a.csv")).unwrap(), fs::read(p("b.csv")).unwrap());
+        for out in ["a.json", "b.json"] {
+            allot(&[&p("a.csv"), "--cluster", "4x8", "--budgets", &p("a.toml"), "--no-timing", "-q", "--check", "--json", &p(out)]).unwrap();
+        }
+        let a = fs::read(p("a.json")).unwrap();
+        assert_eq!(a, fs::read(p("b.json")).unwrap());
+        let doc: serde_json::Value = serde_json::from_slice(&a).unwrap();
+        let reports = doc["reports"].as_array().unwrap();
+        assert_eq!(reports.len(), 2);
+        assert_eq!(reports[0]["policy"], "allot");
+        assert!(reports[0]["sim_seconds"].is_null());
+        for key in [
+            "jobs",
+            "jobs_completed",
+            "wait_p50_s",
+            "wait_p90_s",
+            "wait_p99_s",
+            "by_kind",
+            "preemptions",
+            "gpu_hours_lost_to_preemption",
+            "occupancy",
+            "unallocated_fraction",
+            "max_gpus_in_use",
+            "gpu_seconds_delivered",
+            "teams_at_95pct_of_owed",
+        ] {
+            assert!(!reports[1][key].is_null(), "{key} missing");
+        }
+        for key in ["owed_gpu_hours", "delivered_gpu_hours", "delivered_over_owed"] {
+            assert!(!reports[0]["teams"][0][key].is_null(), "teams.{key} missing");
+        }
+    }
+
+    #[test]
+    fn bad_rows_fail_with_their_line_numbers_unless_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("w.csv");
+        fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n0,x,60,a\n5,1,-3,a\n").unwrap();
+        let e = allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q"]).unwrap_err().to_string();
+        assert!(e.contains("line 3: gpus 'x' is not a whole number"), "{e}");
+        assert!(e.contains("line 4: runtime_s must be at least 1"), "{e}");
+        assert!(allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q", "--skip-bad-rows"]).is_ok());
+    }
+
+    #[test]
+    fn clear_errors_for_bad_options() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("w.csv");
+        fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n").unwrap();
+        let path = csv.to_str().unwrap();
+        let e = allot(&[path, "--cluster", "1x8", "--policy", "fifo"]).unwrap_err().to_string();
+        assert!(e.contains("unknown policy 'fifo'"), "{e}");
+        let e = allot(&[path, "--cluster", "8"]).unwrap_err().to_string();
+        assert!(e.contains("NODESxGPUS"), "{e}");
+        let e = allot(&[path, "--cluster", "1x8", "--plots", dir.path().to_str().unwrap(), "--font", "/nonexistent/font.ttf"]).unwrap_err().to_string();
+        assert!(e.contains("fonts-dejavu-core"), "{e}");
+        let e = allot(&[path, "--cluster", "1x8", "--default-min-runtime", "9h"]).unwrap_err().to_string();
+        assert!(e.contains("exceeds the minimum-runtime cap"), "{e}");
+        let e = allot(&[path, "--cluster", "1x8", "--lookback", "7"]).unwrap_err().to_string();
+        assert!(e.contains("give a unit"), "{e}");
+    }
+}

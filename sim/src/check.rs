@@ -1,0 +1,210 @@
+//! Invariants of a finished simulation, checked from its record alone (the
+//! runs and the job outcomes), independently of the engine's own books.
+//!
+//! 1. No GPU is held by two runs at once, and never more GPUs are in use
+//!    than the cluster has.
+//! 2. Delivered GPU-seconds equal executed runtime: every completed job ran
+//!    exactly its runtime plus the work it lost; the report's total is the
+//!    sum of the runs; each leaf's delivered log matches its runs.
+//! 3. No protected run was preempted inside its protection (allot: an
+//!    allocated run before its minimum runtime; baseline: a run that declared
+//!    a minimum runtime, ever), and every kill came after the grace time.
+//! 4. Unallocated time is never charged: each leaf's charged GPU-seconds
+//!    are exactly its allocated runs' (recomputed with the policy core's
+//!    `usage_in_window`), and no run of an unallocated job is charged.
+//! 5. Every job completes or carries the reason why not; the report's counts add up.
+
+use std::collections::HashMap;
+
+use allot::occupancy::{usage_in_window, Interval};
+
+use crate::engine::{Config, Fate, PolicyKind, RunEnd};
+use crate::prepare::prepare;
+use crate::{Simulation, Workload};
+
+/// Every violation found, in words; empty when all hold.
+pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<String> {
+    let mut bad = Vec::new();
+    let out = &sim.outcome;
+    let prepared = prepare(workload, &cfg.tree, cfg.cluster);
+    let capacity = cfg.cluster.capacity() as i64;
+
+    // 1. Slots: no overlap per GPU; total in use never above capacity.
+    // (node, GPU) -> (start, end, job) of the runs that held it.
+    type SlotRuns = HashMap<(u32, u32), Vec<(i64, i64, u32)>>;
+    let mut per_slot = SlotRuns::new();
+    let mut steps: Vec<(i64, i64)> = Vec::new();
+    for r in &out.runs {
+        if r.end < r.start {
+            bad.push(format!("run of job {} ends ({}) before it starts ({})", r.job, r.end, r.start));
+        }
+        let held: u32 = r.slots.iter().map(|(_, m)| m.count_ones()).sum();
+        if held != r.gpus || held != prepared.held[r.job as usize] {
+            bad.push(format!("run of job {} holds {held} GPUs, recorded {} and expected {}", r.job, r.gpus, prepared.held[r.job as usize]));
+        }
+        for &(n, mask) in &r.slots {
+            if n >= cfg.cluster.nodes || (cfg.cluster.gpus_per_node < 64 && mask >> cfg.cluster.gpus_per_node != 0) {
+                bad.push(format!("run of job {} uses a GPU that does not exist (node {n}, slots {mask:#b})", r.job));
+            }
+            let mut bits = mask;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                per_slot.entry((n, b)).or_default().push((r.start, r.end, r.job));
+            }
+        }
+        if r.end > r.start {
+            steps.push((r.start, r.gpus as i64));
+            steps.push((r.end, -(r.gpus as i64)));
+        }
+    }
+    let mut slots: Vec<_> = per_slot.into_iter().collect();
+    slots.sort_by_key(|(k, _)| *k);
+    for ((n, b), mut runs) in slots {
+        runs.sort_unstable();
+        for w in runs.windows(2) {
+            if w[1].0 < w[0].1 {
+                bad.push(format!("GPU {b} of node {n} held by job {} ({}..{}) and job {} ({}..{}) at once", w[0].2, w[0].0, w[0].1, w[1].2, w[1].0, w[1].1));
+            }
+        }
+    }
+    steps.sort_unstable(); // ends (negative) before starts at the same time
+    let (mut in_use, mut max) = (0i64, 0i64);
+    for (_, d) in steps {
+        in_use += d;
+        max = max.max(in_use);
+    }
+    if max > capacity {
+        bad.push(format!("{max} GPUs in use at once; the cluster has {capacity}"));
+    }
+    if max != out.max_gpus_in_use as i64 {
+        bad.push(format!("the engine reports at most {} GPUs in use, the runs say {max}", out.max_gpus_in_use));
+    }
+
+    // 2. Delivered = executed.
+    let mut ran = vec![0i64; workload.jobs.len()];
+    let mut lost = vec![0i64; workload.jobs.len()];
+    let mut total = 0i64;
+    let leaves = cfg.tree.leaves.len();
+    let mut delivered_by_leaf = vec![0i64; leaves];
+    for r in &out.runs {
+        ran[r.job as usize] += r.end - r.start;
+        lost[r.job as usize] += r.lost;
+        total += r.gpus as i64 * (r.end - r.start);
+        if let Some(l) = prepared.leaf[r.job as usize] {
+            delivered_by_leaf[l as usize] += r.gpus as i64 * (r.end - r.start);
+        }
+        if r.lost < 0 || r.lost > r.end - r.start {
+            bad.push(format!("run of job {} lost {} s of a {} s run", r.job, r.lost, r.end - r.start));
+        }
+    }
+    if total != sim.report.gpu_seconds_delivered {
+        bad.push(format!("report says {} GPU-seconds delivered, the runs sum to {total}", sim.report.gpu_seconds_delivered));
+    }
+    for (l, log) in out.delivered_log.iter().enumerate() {
+        let mut level = 0i64;
+        let mut last = i64::MIN;
+        let mut area = 0i64;
+        for &(t, d) in log {
+            if t < last {
+                bad.push(format!("leaf {l}: delivered log goes back in time at {t}"));
+            }
+            if last != i64::MIN {
+                area += level * (t - last);
+            }
+            level += d;
+            last = t;
+        }
+        if level != 0 || area != delivered_by_leaf[l] {
+            bad.push(format!("leaf {l}: delivered log integrates to {area} GPU-s (ending at {level} GPUs), its runs to {}", delivered_by_leaf[l]));
+        }
+    }
+    for (i, (job, o)) in workload.jobs.iter().zip(&out.jobs).enumerate() {
+        match o.fate {
+            Fate::Completed if ran[i] != job.runtime + lost[i] => {
+                bad.push(format!("job {} completed after running {} s: runtime {} + lost {}", job.job_id, ran[i], job.runtime, lost[i]));
+            }
+            Fate::Cancelled(_) if ran[i] != lost[i] => {
+                bad.push(format!("cancelled job {} ran {} s but lost only {}", job.job_id, ran[i], lost[i]));
+            }
+            Fate::Unfinished(_) if ran[i] - lost[i] > job.runtime => {
+                bad.push(format!("unfinished job {} did more work ({} s) than it needs ({})", job.job_id, ran[i] - lost[i], job.runtime));
+            }
+            _ => {}
+        }
+        if let (Some(s), true) = (o.first_start, ran[i] > 0) {
+            if s < job.submit {
+                bad.push(format!("job {} started at {s}, before its submission at {}", job.job_id, job.submit));
+            }
+        }
+    }
+
+    // 3. Protection.
+    for r in &out.runs {
+        if let RunEnd::Preempted { signal } = r.ended {
+            let contract = prepared.contract[r.job as usize];
+            let protected_until = match cfg.policy {
+                PolicyKind::Allot if contract.is_allocated() => r.start + contract.min_runtime,
+                PolicyKind::Allot => r.start,
+                PolicyKind::Baseline => r.preemptible_from,
+            };
+            if signal < protected_until {
+                bad.push(format!(
+                    "job {} preempted at {signal}, inside its protection until {protected_until} (run from {})",
+                    workload.jobs[r.job as usize].job_id, r.start
+                ));
+            }
+            if signal > r.end || r.end - signal > cfg.tree.settings.grace.max(0) {
+                bad.push(format!(
+                    "job {} signalled at {signal} but killed at {}: the grace time is {}",
+                    workload.jobs[r.job as usize].job_id, r.end, cfg.tree.settings.grace
+                ));
+            }
+        }
+    }
+
+    // 4. Charging.
+    let mut intervals = Vec::new();
+    for r in &out.runs {
+        let allocated = prepared.contract[r.job as usize].is_allocated();
+        if r.charged && (!allocated || cfg.policy != PolicyKind::Allot) {
+            bad.push(format!("run of job {} is charged but the job is unallocated (or the policy charges nothing)", workload.jobs[r.job as usize].job_id));
+        }
+        if cfg.policy == PolicyKind::Allot && allocated && !r.charged {
+            bad.push(format!("allocated run of job {} was not charged", workload.jobs[r.job as usize].job_id));
+        }
+        if let Some(leaf) = prepared.leaf[r.job as usize] {
+            intervals.push(Interval { leaf, gpus: r.gpus, start: r.start, end: Some(r.end), allocated: r.charged });
+        }
+    }
+    let all_time = usage_in_window(&intervals, leaves, out.end, (out.end - out.start).max(0) + 1);
+    if all_time.charged != out.charged {
+        bad.push(format!("charged per leaf {:?}, but the allocated runs sum to {:?}", out.charged, all_time.charged));
+    }
+
+    // 5. Fates.
+    let mut completed = 0;
+    for (job, o) in workload.jobs.iter().zip(&out.jobs) {
+        match &o.fate {
+            Fate::Completed => completed += 1,
+            Fate::Cancelled(r) | Fate::Refused(r) | Fate::Unfinished(r) if r.trim().is_empty() => {
+                bad.push(format!("job {} did not complete and no reason is given: {:?}", job.job_id, o.fate));
+            }
+            _ => {}
+        }
+    }
+    let r = &sim.report;
+    if r.jobs_completed != completed || r.jobs_completed + r.jobs_cancelled + r.jobs_refused + r.jobs_unfinished != r.jobs || r.jobs != workload.jobs.len() {
+        bad.push(format!(
+            "report counts do not add up: {} jobs, {} completed ({completed} by outcome), {} cancelled, {} refused, {} unfinished",
+            r.jobs, r.jobs_completed, r.jobs_cancelled, r.jobs_refused, r.jobs_unfinished
+        ));
+    }
+    if r.not_completed.values().sum::<usize>() != r.jobs - r.jobs_completed {
+        bad.push("the reasons for not completing do not cover every such job".into());
+    }
+    if cfg.horizon.is_none() && r.jobs_unfinished > 0 {
+        bad.push(format!("{} jobs unfinished in a run without a horizon", r.jobs_unfinished));
+    }
+    bad
+}

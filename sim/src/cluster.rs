@@ -1,0 +1,265 @@
+//! The cluster: nodes of identical GPU slots, and where a job fits.
+//!
+//! Placement follows the usual Slurm GPU setup: a job that fits on one node
+//! goes on one node, the one with the fewest free GPUs that still fit (best
+//! fit, lowest node number on ties, so small jobs pack and whole nodes stay
+//! free for large ones). A job larger than a node takes whole nodes, and
+//! holds all their GPUs (Slurm's `--exclusive`); see [`ClusterSpec::held_gpus`].
+//!
+//! Free slots are kept per node as a bit mask (which GPU, for the Gantt
+//! chart) and the nodes are bucketed by their free count, so finding a fit
+//! costs O(GPUs per node x nodes / 64), not a scan of the jobs.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// `75x8`: 75 nodes of 8 GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClusterSpec {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+}
+
+/// Most GPUs one node may have: slots are bits of a `u64`.
+pub const MAX_GPUS_PER_NODE: u32 = 64;
+
+impl ClusterSpec {
+    pub fn capacity(&self) -> u32 {
+        self.nodes * self.gpus_per_node
+    }
+
+    /// GPUs a job asking for `gpus` holds: itself on one node, else whole nodes.
+    pub fn held_gpus(&self, gpus: u32) -> u32 {
+        if gpus <= self.gpus_per_node {
+            gpus
+        } else {
+            gpus.div_ceil(self.gpus_per_node) * self.gpus_per_node
+        }
+    }
+}
+
+impl fmt::Display for ClusterSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.nodes, self.gpus_per_node)
+    }
+}
+
+impl FromStr for ClusterSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("'{s}' is not a cluster shape: write NODESxGPUS, such as 75x8 (75 nodes of 8 GPUs)");
+        let (n, g) = s.trim().split_once(['x', 'X']).ok_or_else(bad)?;
+        let nodes: u32 = n.trim().parse().map_err(|_| bad())?;
+        let gpus_per_node: u32 = g.trim().parse().map_err(|_| bad())?;
+        if nodes == 0 || gpus_per_node == 0 {
+            return Err(format!("'{s}': a cluster needs at least one node and one GPU per node"));
+        }
+        if gpus_per_node > MAX_GPUS_PER_NODE {
+            return Err(format!("'{s}': at most {MAX_GPUS_PER_NODE} GPUs per node"));
+        }
+        if nodes > 1_000_000 {
+            return Err(format!("'{s}': at most 1000000 nodes"));
+        }
+        Ok(ClusterSpec { nodes, gpus_per_node })
+    }
+}
+
+/// Which slots are free on which node.
+#[derive(Debug, Clone)]
+pub(crate) struct Nodes {
+    g: u32,
+    /// Per node: bit i set = GPU i free.
+    free_mask: Vec<u64>,
+    /// `buckets[f]`: bit set of the nodes with exactly `f` free GPUs.
+    buckets: Vec<Vec<u64>>,
+    free_total: u32,
+}
+
+fn full_mask(g: u32) -> u64 {
+    if g == 64 {
+        u64::MAX
+    } else {
+        (1u64 << g) - 1
+    }
+}
+
+impl Nodes {
+    pub fn new(spec: ClusterSpec) -> Nodes {
+        let words = (spec.nodes as usize).div_ceil(64);
+        let mut buckets = vec![vec![0u64; words]; spec.gpus_per_node as usize + 1];
+        for n in 0..spec.nodes as usize {
+            buckets[spec.gpus_per_node as usize][n / 64] |= 1 << (n % 64);
+        }
+        Nodes { g: spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], buckets, free_total: spec.capacity() }
+    }
+
+    pub fn free_total(&self) -> u32 {
+        self.free_total
+    }
+
+    pub fn free_on(&self, node: u32) -> u32 {
+        self.free_mask[node as usize].count_ones()
+    }
+
+    fn rebucket(&mut self, node: u32, before: u32, after: u32) {
+        let (w, b) = (node as usize / 64, node % 64);
+        self.buckets[before as usize][w] &= !(1 << b);
+        self.buckets[after as usize][w] |= 1 << b;
+    }
+
+    /// Takes `count` free slots of `node` (the lowest-numbered), returns them.
+    pub fn take(&mut self, node: u32, count: u32) -> u64 {
+        let free = self.free_mask[node as usize];
+        debug_assert!(free.count_ones() >= count, "node {node} has {} free, {count} wanted", free.count_ones());
+        let mut mask = 0u64;
+        let mut rest = free;
+        for _ in 0..count {
+            let low = rest & rest.wrapping_neg();
+            mask |= low;
+            rest &= !low;
+        }
+        self.take_mask(node, mask);
+        mask
+    }
+
+    /// Takes exactly the slots in `mask`, which must be free.
+    pub fn take_mask(&mut self, node: u32, mask: u64) {
+        let before = self.free_mask[node as usize];
+        assert_eq!(before & mask, mask, "slots {mask:#b} of node {node} are not all free");
+        let after = before & !mask;
+        self.free_mask[node as usize] = after;
+        self.free_total -= mask.count_ones();
+        self.rebucket(node, before.count_ones(), after.count_ones());
+    }
+
+    /// Frees the slots in `mask`, which must be taken.
+    pub fn give(&mut self, node: u32, mask: u64) {
+        let before = self.free_mask[node as usize];
+        assert_eq!(before & mask, 0, "slots {mask:#b} of node {node} are already free");
+        let after = before | mask;
+        self.free_mask[node as usize] = after;
+        self.free_total += mask.count_ones();
+        self.rebucket(node, before.count_ones(), after.count_ones());
+    }
+
+    /// Nodes with exactly `free` free GPUs, lowest first.
+    pub fn with_free(&self, free: u32) -> impl Iterator<Item = u32> + '_ {
+        self.buckets[free as usize].iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                Some(w as u32 * 64 + b)
+            })
+        })
+    }
+
+    /// Whether some node has at least `gpus` free (`gpus` <= per node).
+    pub fn fits_one(&self, gpus: u32) -> bool {
+        (gpus..=self.g).any(|f| self.buckets[f as usize].iter().any(|&w| w != 0))
+    }
+
+    /// Number of wholly free nodes.
+    pub fn whole_free(&self) -> u32 {
+        self.buckets[self.g as usize].iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Best fit for a job of `gpus` <= per node among nodes `ok` accepts.
+    pub fn best_fit(&self, gpus: u32, mut ok: impl FnMut(u32) -> bool) -> Option<u32> {
+        (gpus..=self.g).find_map(|f| self.with_free(f).find(|&n| ok(n)))
+    }
+
+    /// The `count` lowest-numbered wholly free nodes that `ok` accepts.
+    pub fn whole_nodes(&self, count: u32, mut ok: impl FnMut(u32) -> bool) -> Option<Vec<u32>> {
+        let picked: Vec<u32> = self.with_free(self.g).filter(|&n| ok(n)).take(count as usize).collect();
+        (picked.len() == count as usize).then_some(picked)
+    }
+}
+
+/// Nodes bucketed by a small per-node number (0..=max), to find the nodes
+/// with at least some value without scanning them all.
+#[derive(Debug, Clone)]
+pub(crate) struct Buckets {
+    value: Vec<u32>,
+    sets: Vec<Vec<u64>>,
+}
+
+impl Buckets {
+    pub fn new(nodes: u32, max: u32, initial: u32) -> Buckets {
+        let words = (nodes as usize).div_ceil(64);
+        let mut sets = vec![vec![0u64; words]; max as usize + 1];
+        for n in 0..nodes as usize {
+            sets[initial as usize][n / 64] |= 1 << (n % 64);
+        }
+        Buckets { value: vec![initial; nodes as usize], sets }
+    }
+
+    pub fn set(&mut self, node: u32, value: u32) {
+        let old = self.value[node as usize];
+        if old == value {
+            return;
+        }
+        let (w, b) = (node as usize / 64, node % 64);
+        self.sets[old as usize][w] &= !(1 << b);
+        self.sets[value as usize][w] |= 1 << b;
+        self.value[node as usize] = value;
+    }
+
+    /// Nodes whose value is `value`, lowest first.
+    pub fn with_value(&self, value: u32) -> impl Iterator<Item = u32> + '_ {
+        self.sets[value as usize].iter().enumerate().flat_map(|(w, &word)| {
+            let mut bits = word;
+            std::iter::from_fn(move || {
+                if bits == 0 {
+                    return None;
+                }
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                Some(w as u32 * 64 + b)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_shapes() {
+        assert_eq!("75x8".parse::<ClusterSpec>().unwrap(), ClusterSpec { nodes: 75, gpus_per_node: 8 });
+        assert_eq!("2X4".parse::<ClusterSpec>().unwrap().capacity(), 8);
+        assert!("75".parse::<ClusterSpec>().unwrap_err().contains("NODESxGPUS"));
+        assert!("0x8".parse::<ClusterSpec>().is_err());
+        assert!("1x65".parse::<ClusterSpec>().is_err());
+        let c = ClusterSpec { nodes: 4, gpus_per_node: 8 };
+        assert_eq!(c.held_gpus(3), 3);
+        assert_eq!(c.held_gpus(12), 16);
+    }
+
+    #[test]
+    fn best_fit_packs_and_keeps_whole_nodes() {
+        let mut n = Nodes::new(ClusterSpec { nodes: 3, gpus_per_node: 4 });
+        assert_eq!(n.best_fit(1, |_| true), Some(0));
+        n.take(0, 1);
+        // The partly used node is the best fit for the next small job.
+        assert_eq!(n.best_fit(2, |_| true), Some(0));
+        n.take(0, 2);
+        assert_eq!(n.best_fit(2, |_| true), Some(1));
+        assert_eq!(n.whole_free(), 2);
+        assert_eq!(n.whole_nodes(2, |_| true), Some(vec![1, 2]));
+        assert_eq!(n.whole_nodes(2, |x| x != 1), None);
+        assert_eq!(n.free_total(), 9);
+        assert!(n.fits_one(4));
+        let m = n.take(1, 4);
+        n.take(2, 4);
+        assert!(!n.fits_one(2));
+        assert!(n.fits_one(1));
+        n.give(1, m);
+        assert_eq!(n.free_on(1), 4);
+        assert_eq!(n.with_free(4).collect::<Vec<_>>(), vec![1]);
+    }
+}

@@ -1,0 +1,545 @@
+//! The report: what an admin compares between policies.
+//!
+//! Definitions (also in sim/README.md):
+//! - **wait** of a job: its first start minus its submission. A job that
+//!   never started counts with the wait it had when the simulation stopped
+//!   (a lower bound). Percentiles are nearest-rank over started and waiting
+//!   jobs; refused jobs are left out.
+//! - **occupancy**: GPU-seconds delivered between the first and the last
+//!   submission, over the cluster's GPU-seconds in that span (the drain after
+//!   the last submission is left out: both policies end in an idle tail).
+//! - **unallocated_fraction**: of all GPU-seconds delivered, the share that
+//!   ran without any protection: unallocated (`min_runtime=0`) runs under
+//!   allot, runs above the team's limit under baseline.
+//! - **owed** to a team (budget leaf), hour by hour: the cluster's GPUs
+//!   shared out down the budget tree by share, each node capped at what its
+//!   subtree's jobs wanted that hour (queued or running, GPU-seconds / 3600),
+//!   the surplus going to siblings still wanting (weighted water-filling).
+//!   `owed_gpu_hours` sums the hours; `delivered_over_owed` = delivered / owed.
+//! - **delivered**: GPU-seconds the team's jobs held GPUs (all runs, work
+//!   later lost included; a job larger than a node holds whole nodes).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use allot::budget::{BudgetTree, NodeId};
+use serde::Serialize;
+
+use crate::engine::{Fate, Outcome, PolicyKind, RunEnd};
+use crate::workload::Workload;
+
+const HOUR: i64 = 3600;
+
+/// Wait percentiles of a set of jobs, and what preemption cost them.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WaitStats {
+    pub jobs: usize,
+    pub jobs_completed: usize,
+    pub wait_p50_s: i64,
+    pub wait_p90_s: i64,
+    pub wait_p99_s: i64,
+    pub preemptions: usize,
+    pub gpu_hours_lost_to_preemption: f64,
+}
+
+/// One budget leaf's (team's) numbers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TeamStats {
+    /// The leaf's path in the budget tree.
+    pub team: String,
+    pub accounts: Vec<String>,
+    pub effective_share: f64,
+    pub jobs: usize,
+    pub demand_gpu_hours: f64,
+    pub owed_gpu_hours: f64,
+    pub delivered_gpu_hours: f64,
+    /// `null` when nothing was owed.
+    pub delivered_over_owed: Option<f64>,
+    /// Charged to the leaf (allot's allocated runs; 0 under baseline).
+    pub charged_gpu_hours: f64,
+    pub wait_p50_s: i64,
+    pub wait_p90_s: i64,
+}
+
+/// The whole report of one policy on one workload.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    pub policy: PolicyKind,
+    pub cluster: String,
+    pub gpus: u32,
+    pub simulated_days: f64,
+    pub jobs: usize,
+    pub jobs_completed: usize,
+    pub jobs_cancelled: usize,
+    pub jobs_refused: usize,
+    pub jobs_unfinished: usize,
+    /// Why jobs did not complete: reason -> count.
+    pub not_completed: BTreeMap<String, usize>,
+    pub wait_p50_s: i64,
+    pub wait_p90_s: i64,
+    pub wait_p99_s: i64,
+    pub by_kind: BTreeMap<String, WaitStats>,
+    pub preemptions: usize,
+    pub gpu_hours_lost_to_preemption: f64,
+    pub occupancy: f64,
+    pub unallocated_fraction: f64,
+    pub max_gpus_in_use: u32,
+    pub gpu_seconds_delivered: i64,
+    /// GPU-hours free while jobs waited: what fragmentation, reservations
+    /// and the scan depth left unused.
+    pub idle_gpu_hours_while_jobs_waited: f64,
+    /// GPU-hours held idle by preemptors during their victims' grace time.
+    pub gpu_hours_claimed_in_grace: f64,
+    pub contracts_clamped_to_cap: u32,
+    pub teams: Vec<TeamStats>,
+    /// Share of teams owed anything that got at least 95% of it.
+    pub teams_at_95pct_of_owed: f64,
+    pub events: u64,
+    pub scheduling_passes: u64,
+    /// Wall-clock time of the simulation itself; `null` with `--no-timing`.
+    pub sim_seconds: Option<f64>,
+    pub simulated_days_per_second: Option<f64>,
+}
+
+/// Nearest-rank percentile of sorted values.
+pub fn percentile(sorted: &[i64], p: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+fn wait_stats(mut waits: Vec<i64>, completed: usize, preemptions: usize, lost_gpu_seconds: i64) -> WaitStats {
+    waits.sort_unstable();
+    WaitStats {
+        jobs: waits.len(),
+        jobs_completed: completed,
+        wait_p50_s: percentile(&waits, 50.0),
+        wait_p90_s: percentile(&waits, 90.0),
+        wait_p99_s: percentile(&waits, 99.0),
+        preemptions,
+        gpu_hours_lost_to_preemption: round3(lost_gpu_seconds as f64 / HOUR as f64),
+    }
+}
+
+/// GPU-seconds per hour bucket of a step function given as (time, change)
+/// pairs in time order, over `[start, end)`.
+pub fn hourly(log: &[(i64, i64)], start: i64, end: i64) -> Vec<f64> {
+    let buckets = ((end - start).max(0) as usize).div_ceil(HOUR as usize).max(1);
+    let mut out = vec![0.0; buckets];
+    let mut level: i64 = 0;
+    let mut t = start;
+    let add = |from: i64, to: i64, level: i64, out: &mut Vec<f64>| {
+        let mut a = from.max(start);
+        let to = to.min(end);
+        while a < to {
+            let b = ((a - start) / HOUR + 1) * HOUR + start;
+            let seg_end = b.min(to);
+            out[((a - start) / HOUR) as usize] += (level * (seg_end - a)) as f64;
+            a = seg_end;
+        }
+    };
+    for &(at, delta) in log {
+        if at > t {
+            add(t, at, level, &mut out);
+            t = at;
+        }
+        level += delta;
+    }
+    add(t, end, level, &mut out);
+    out
+}
+
+/// Weighted water-filling: shares `amount` among claimants by `weights`,
+/// none getting more than its demand; what a capped one leaves goes to the
+/// others. Gives min(amount, total demand) in all.
+pub fn water_fill(amount: f64, demands: &[f64], weights: &[f64]) -> Vec<f64> {
+    let mut out = vec![0.0; demands.len()];
+    let mut active: Vec<usize> = (0..demands.len()).filter(|&i| demands[i] > 0.0 && weights[i] > 0.0).collect();
+    let mut left = amount;
+    while !active.is_empty() && left > 0.0 {
+        let total_w: f64 = active.iter().map(|&i| weights[i]).sum();
+        let level = left / total_w;
+        let (capped, open): (Vec<usize>, Vec<usize>) = active.iter().partition(|&&i| demands[i] <= level * weights[i]);
+        if capped.is_empty() {
+            for &i in &open {
+                out[i] = level * weights[i];
+            }
+            return out;
+        }
+        for &i in &capped {
+            out[i] = demands[i];
+            left -= demands[i];
+        }
+        active = open;
+    }
+    out
+}
+
+/// Owed GPU-seconds per leaf for one hour: `capacity` shared down the tree.
+pub fn owed_in_hour(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Vec<f64> {
+    let n = tree.nodes.len();
+    let mut demand = vec![0.0; n];
+    for (leaf, &node) in tree.leaves.iter().enumerate() {
+        demand[node as usize] = leaf_demand[leaf];
+    }
+    for id in (1..n).rev() {
+        let parent = tree.nodes[id].parent.unwrap_or(0) as usize;
+        demand[parent] += demand[id];
+    }
+    let mut given = vec![0.0; n];
+    given[0] = capacity.min(demand[0]);
+    // Parents come before children in `nodes`.
+    for id in 0..n {
+        let kids: &[NodeId] = &tree.nodes[id].children;
+        if kids.is_empty() {
+            continue;
+        }
+        let d: Vec<f64> = kids.iter().map(|&k| demand[k as usize]).collect();
+        let w: Vec<f64> = kids.iter().map(|&k| tree.nodes[k as usize].share).collect();
+        for (k, amount) in kids.iter().zip(water_fill(given[id], &d, &w)) {
+            given[*k as usize] = amount;
+        }
+    }
+    tree.leaves.iter().map(|&node| given[node as usize]).collect()
+}
+
+/// Computes the report. `clamped` and timing come from the caller.
+pub fn report(
+    workload: &Workload,
+    tree: &BudgetTree,
+    cluster: crate::cluster::ClusterSpec,
+    outcome: &Outcome,
+    clamped: u32,
+    sim_seconds: Option<f64>,
+) -> Report {
+    let capacity = cluster.capacity();
+    let leaves = tree.leaves.len();
+    let (first_submit, last_submit) = workload.span();
+
+    let mut waits_all = Vec::new();
+    let mut completed_all = 0;
+    let mut by_kind: BTreeMap<u32, (Vec<i64>, usize)> = BTreeMap::new();
+    let mut by_leaf: Vec<Vec<i64>> = vec![Vec::new(); leaves];
+    let mut jobs_per_leaf = vec![0usize; leaves];
+    let mut not_completed: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut cancelled, mut refused, mut unfinished) = (0, 0, 0);
+    for (i, (job, out)) in workload.jobs.iter().zip(&outcome.jobs).enumerate() {
+        match &out.fate {
+            Fate::Completed => {}
+            Fate::Cancelled(r) => {
+                cancelled += 1;
+                *not_completed.entry(format!("cancelled: {r}")).or_default() += 1;
+            }
+            Fate::Refused(r) => {
+                refused += 1;
+                *not_completed.entry(format!("refused: {r}")).or_default() += 1;
+                continue;
+            }
+            Fate::Unfinished(r) => {
+                unfinished += 1;
+                *not_completed.entry(format!("unfinished: {r}")).or_default() += 1;
+            }
+        }
+        if job.submit > outcome.end {
+            continue; // never submitted within the simulated time
+        }
+        let wait = out.first_start.unwrap_or(outcome.end) - job.submit;
+        let done = matches!(out.fate, Fate::Completed);
+        waits_all.push(wait);
+        completed_all += usize::from(done);
+        let k = by_kind.entry(job.kind).or_default();
+        k.0.push(wait);
+        k.1 += usize::from(done);
+        if let Some(leaf) = outcome_leaf(tree, workload, i) {
+            by_leaf[leaf].push(wait);
+            jobs_per_leaf[leaf] += 1;
+        }
+    }
+    // Preemptions and lost work per kind, from the runs.
+    let mut kind_loss: BTreeMap<u32, (usize, i64)> = BTreeMap::new();
+    for r in &outcome.runs {
+        let e = kind_loss.entry(workload.jobs[r.job as usize].kind).or_default();
+        e.0 += usize::from(matches!(r.ended, RunEnd::Preempted { .. }));
+        e.1 += r.gpus as i64 * r.lost;
+    }
+    let overall = wait_stats(waits_all, completed_all, 0, 0);
+
+    let mut delivered: i64 = 0;
+    let mut unprotected: i64 = 0;
+    let mut lost: i64 = 0;
+    let mut preemptions = 0;
+    let (span_from, span_to) = if last_submit > first_submit { (first_submit, last_submit) } else { (outcome.start, outcome.end) };
+    let mut in_span: i64 = 0;
+    for r in &outcome.runs {
+        let gs = r.gpus as i64 * (r.end - r.start);
+        delivered += gs;
+        if r.preemptible_from <= r.start {
+            unprotected += gs;
+        }
+        lost += r.gpus as i64 * r.lost;
+        if matches!(r.ended, RunEnd::Preempted { .. }) {
+            preemptions += 1;
+        }
+        let (a, b) = (r.start.max(span_from), r.end.min(span_to));
+        if b > a {
+            in_span += r.gpus as i64 * (b - a);
+        }
+    }
+    let span = (span_to - span_from).max(1);
+
+    // Owed, hour by hour.
+    let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
+    let given: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
+    let hours = demand.first().map_or(0, Vec::len);
+    let mut owed = vec![0.0; leaves];
+    let mut hour_demand = vec![0.0; leaves];
+    for h in 0..hours {
+        let len = (outcome.end - (outcome.start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
+        for (d, leaf) in hour_demand.iter_mut().zip(&demand) {
+            *d = leaf[h];
+        }
+        for (l, o) in owed_in_hour(tree, &hour_demand, capacity as f64 * len).into_iter().enumerate() {
+            owed[l] += o;
+        }
+    }
+    let mut teams = Vec::with_capacity(leaves);
+    let mut at_95 = 0usize;
+    let mut owed_teams = 0usize;
+    for l in 0..leaves {
+        let node = tree.leaf_node(l as u32);
+        let delivered_h = given[l].iter().sum::<f64>() / HOUR as f64;
+        let owed_h = owed[l] / HOUR as f64;
+        let ratio = (owed_h > 1e-9).then(|| delivered_h / owed_h);
+        if let Some(r) = ratio {
+            owed_teams += 1;
+            at_95 += usize::from(r >= 0.95 - 1e-9);
+        }
+        let mut w = std::mem::take(&mut by_leaf[l]);
+        w.sort_unstable();
+        teams.push(TeamStats {
+            team: node.path.clone(),
+            accounts: node.accounts.clone(),
+            effective_share: round6(node.effective_share),
+            jobs: jobs_per_leaf[l],
+            demand_gpu_hours: round3(demand[l].iter().sum::<f64>() / HOUR as f64),
+            owed_gpu_hours: round3(owed_h),
+            delivered_gpu_hours: round3(delivered_h),
+            delivered_over_owed: ratio.map(round6),
+            charged_gpu_hours: round3(outcome.charged.get(l).copied().unwrap_or(0) as f64 / HOUR as f64),
+            wait_p50_s: percentile(&w, 50.0),
+            wait_p90_s: percentile(&w, 90.0),
+        });
+    }
+
+    let simulated_days = (outcome.end - outcome.start) as f64 / 86_400.0;
+    Report {
+        policy: outcome.policy,
+        cluster: cluster.to_string(),
+        gpus: capacity,
+        simulated_days: round3(simulated_days),
+        jobs: workload.jobs.len(),
+        jobs_completed: outcome.jobs.iter().filter(|j| j.fate == Fate::Completed).count(),
+        jobs_cancelled: cancelled,
+        jobs_refused: refused,
+        jobs_unfinished: unfinished,
+        not_completed,
+        wait_p50_s: overall.wait_p50_s,
+        wait_p90_s: overall.wait_p90_s,
+        wait_p99_s: overall.wait_p99_s,
+        by_kind: by_kind
+            .into_iter()
+            .map(|(k, (w, c))| {
+                let (p, lost) = kind_loss.get(&k).copied().unwrap_or_default();
+                (workload.kinds[k as usize].clone(), wait_stats(w, c, p, lost))
+            })
+            .collect(),
+        preemptions,
+        gpu_hours_lost_to_preemption: round3(lost as f64 / HOUR as f64),
+        occupancy: round6(in_span as f64 / (capacity as f64 * span as f64)),
+        unallocated_fraction: round6(if delivered > 0 { unprotected as f64 / delivered as f64 } else { 0.0 }),
+        max_gpus_in_use: outcome.max_gpus_in_use,
+        gpu_seconds_delivered: delivered,
+        idle_gpu_hours_while_jobs_waited: round3(outcome.idle_while_waiting as f64 / HOUR as f64),
+        gpu_hours_claimed_in_grace: round3(outcome.claimed_idle as f64 / HOUR as f64),
+        contracts_clamped_to_cap: clamped,
+        teams,
+        teams_at_95pct_of_owed: round6(if owed_teams > 0 { at_95 as f64 / owed_teams as f64 } else { 1.0 }),
+        events: outcome.events,
+        scheduling_passes: outcome.passes,
+        sim_seconds: sim_seconds.map(round6),
+        simulated_days_per_second: sim_seconds.map(|s| round3(simulated_days / s.max(1e-9))),
+    }
+}
+
+fn outcome_leaf(tree: &BudgetTree, workload: &Workload, i: usize) -> Option<usize> {
+    tree.leaf_of_account(&workload.teams[workload.jobs[i].team as usize]).map(|l| l as usize)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+/// A duration for people: `45s`, `12.5m`, `3.2h`, `2.1d`.
+pub fn human(secs: i64) -> String {
+    let s = secs as f64;
+    if secs < 120 {
+        format!("{secs}s")
+    } else if secs < 2 * HOUR {
+        format!("{:.1}m", s / 60.0)
+    } else if secs < 48 * HOUR {
+        format!("{:.1}h", s / 3600.0)
+    } else {
+        format!("{:.1}d", s / 86400.0)
+    }
+}
+
+/// The reports side by side, as a text table.
+pub fn table(reports: &[Report]) -> String {
+    let mut rows: Vec<(String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, f: &dyn Fn(&Report) -> String| rows.push((name.to_owned(), reports.iter().map(f).collect()));
+    row("jobs", &|r| r.jobs.to_string());
+    row("jobs_completed", &|r| r.jobs_completed.to_string());
+    row("jobs_cancelled", &|r| r.jobs_cancelled.to_string());
+    row("jobs_refused", &|r| r.jobs_refused.to_string());
+    row("jobs_unfinished", &|r| r.jobs_unfinished.to_string());
+    row("wait_p50", &|r| human(r.wait_p50_s));
+    row("wait_p90", &|r| human(r.wait_p90_s));
+    row("wait_p99", &|r| human(r.wait_p99_s));
+    let kinds: Vec<String> = {
+        let mut k: Vec<String> = reports.iter().flat_map(|r| r.by_kind.keys().cloned()).collect();
+        k.sort();
+        k.dedup();
+        k
+    };
+    for kind in &kinds {
+        let get = |r: &Report, f: fn(&WaitStats) -> i64| r.by_kind.get(kind).map_or("-".to_owned(), |w| human(f(w)));
+        rows.push((
+            format!("{kind} wait p50/p90/p99"),
+            reports.iter().map(|r| format!("{} / {} / {}", get(r, |w| w.wait_p50_s), get(r, |w| w.wait_p90_s), get(r, |w| w.wait_p99_s))).collect(),
+        ));
+        rows.push((
+            format!("{kind} jobs (completed)"),
+            reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({})", w.jobs, w.jobs_completed))).collect(),
+        ));
+        rows.push((
+            format!("{kind} preemptions (GPU-h lost)"),
+            reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({:.0})", w.preemptions, w.gpu_hours_lost_to_preemption))).collect(),
+        ));
+    }
+    let mut row = |name: &str, f: &dyn Fn(&Report) -> String| rows.push((name.to_owned(), reports.iter().map(f).collect()));
+    row("preemptions", &|r| r.preemptions.to_string());
+    row("gpu_hours_lost_to_preemption", &|r| format!("{:.1}", r.gpu_hours_lost_to_preemption));
+    row("occupancy", &|r| format!("{:.1}%", 100.0 * r.occupancy));
+    row("unallocated_fraction", &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
+    row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));
+    row("gpu_hours_delivered", &|r| format!("{:.0}", r.gpu_seconds_delivered as f64 / 3600.0));
+    row("idle_gpu_hours_while_jobs_waited", &|r| format!("{:.0}", r.idle_gpu_hours_while_jobs_waited));
+    row("gpu_hours_claimed_in_grace", &|r| format!("{:.0}", r.gpu_hours_claimed_in_grace));
+    row("teams_at_95pct_of_owed", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
+    row("sim_seconds", &|r| r.sim_seconds.map_or("-".into(), |s| format!("{s:.3}")));
+    row("simulated_days_per_second", &|r| r.simulated_days_per_second.map_or("-".into(), |s| format!("{s:.0}")));
+
+    let mut out = String::new();
+    let name_w = rows.iter().map(|r| r.0.len()).max().unwrap_or(0).max(6);
+    let col_w: Vec<usize> = (0..reports.len()).map(|i| rows.iter().map(|r| r.1[i].len()).max().unwrap_or(0).max(reports[i].policy.name().len())).collect();
+    let _ = write!(out, "{:name_w$}", "metric");
+    for (i, r) in reports.iter().enumerate() {
+        let _ = write!(out, "  {:>w$}", r.policy.name(), w = col_w[i]);
+    }
+    out.push('\n');
+    for (name, cells) in &rows {
+        let _ = write!(out, "{name:name_w$}");
+        for (i, c) in cells.iter().enumerate() {
+            let _ = write!(out, "  {:>w$}", c, w = col_w[i]);
+        }
+        out.push('\n');
+    }
+
+    // Teams: share, owed and delivered per policy.
+    out.push('\n');
+    let team_w = reports.first().map_or(4, |r| r.teams.iter().map(|t| t.team.len()).max().unwrap_or(4).max(4));
+    let _ = write!(out, "{:team_w$}  {:>6}", "team", "share");
+    for r in reports {
+        let p = r.policy.name();
+        let _ = write!(out, "  {:>10}  {:>10}  {:>8}", format!("{p} owed"), "delivered", "d/o");
+    }
+    out.push('\n');
+    if let Some(first) = reports.first() {
+        for (i, t) in first.teams.iter().enumerate() {
+            let _ = write!(out, "{:team_w$}  {:>5.1}%", t.team, 100.0 * t.effective_share);
+            for r in reports {
+                let t = &r.teams[i];
+                let ratio = t.delivered_over_owed.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
+                let _ = write!(out, "  {:>10.0}  {:>10.0}  {:>8}", t.owed_gpu_hours, t.delivered_gpu_hours, ratio);
+            }
+            out.push('\n');
+        }
+    }
+    let _ = writeln!(out, "(owed and delivered in GPU-hours; d/o = delivered / owed)");
+    for r in reports {
+        if !r.not_completed.is_empty() {
+            let _ = writeln!(out, "\n{}: jobs that did not complete", r.policy.name());
+            for (why, n) in &r.not_completed {
+                let _ = writeln!(out, "  {n:>7}  {why}");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<i64> = (1..=10).collect();
+        assert_eq!(percentile(&v, 50.0), 5);
+        assert_eq!(percentile(&v, 90.0), 9);
+        assert_eq!(percentile(&v, 99.0), 10);
+        assert_eq!(percentile(&[], 50.0), 0);
+        assert_eq!(percentile(&[7], 1.0), 7);
+    }
+
+    #[test]
+    fn hourly_buckets_split_steps() {
+        // 2 GPUs from 1800 to 5400, then 1 GPU to 7200.
+        let log = [(1800, 2), (5400, -1), (7200, -1)];
+        let h = hourly(&log, 0, 7200);
+        assert_eq!(h, vec![2.0 * 1800.0, 2.0 * 1800.0 + 1800.0]);
+        // A partial last hour.
+        let h = hourly(&log, 0, 4000);
+        assert_eq!(h, vec![3600.0, 2.0 * 400.0]);
+    }
+
+    #[test]
+    fn water_filling_caps_and_redistributes() {
+        // 10 to share equally; a wants only 2: b and c split the other 8.
+        assert_eq!(water_fill(10.0, &[2.0, 100.0, 100.0], &[1.0, 1.0, 1.0]), vec![2.0, 4.0, 4.0]);
+        // Weighted: 3:1 with no caps.
+        assert_eq!(water_fill(8.0, &[100.0, 100.0], &[3.0, 1.0]), vec![6.0, 2.0]);
+        // Everyone capped: less than the amount is given.
+        assert_eq!(water_fill(8.0, &[1.0, 2.0], &[1.0, 1.0]), vec![1.0, 2.0]);
+        // No demand, nothing owed.
+        assert_eq!(water_fill(8.0, &[0.0, 5.0], &[1.0, 1.0]), vec![0.0, 5.0]);
+    }
+
+    #[test]
+    fn owed_follows_the_tree() {
+        let t = BudgetTree::parse(
+            "[budget]\n[budget.a]\nshare=1\n[budget.a.x]\nshare=1\naccounts=[\"x\"]\n[budget.a.y]\nshare=1\naccounts=[\"y\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n",
+        )
+        .unwrap();
+        // 12 GPUs: a and b 6 each; y wants 1, so x gets 5 of a's 6.
+        assert_eq!(owed_in_hour(&t, &[100.0, 1.0, 100.0], 12.0), vec![5.0, 1.0, 6.0]);
+        // b wants nothing: a's subtree gets all 12 (x 11, y 1).
+        assert_eq!(owed_in_hour(&t, &[100.0, 1.0, 0.0], 12.0), vec![11.0, 1.0, 0.0]);
+        // x and y want within a more than a's share; b takes little: a gets the rest, split equally.
+        assert_eq!(owed_in_hour(&t, &[100.0, 100.0, 2.0], 12.0), vec![5.0, 5.0, 2.0]);
+    }
+}

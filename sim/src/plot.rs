@@ -1,0 +1,290 @@
+//! Pictures: a Gantt chart of a small cluster, and each budget leaf's
+//! delivered GPUs over time against its share and what it was owed.
+//!
+//! Text needs a TrueType font, loaded at run time (plotters' pure-Rust
+//! `ab_glyph` renderer): by default DejaVu Sans from Debian's
+//! `fonts-dejavu-core`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use allot::budget::BudgetTree;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::cluster::ClusterSpec;
+use crate::engine::{Outcome, RunEnd};
+use crate::metrics::{hourly, owed_in_hour};
+use crate::workload::Workload;
+
+pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+/// The Gantt chart draws one row per GPU: beyond this it is unreadable.
+pub const GANTT_MAX_GPUS: u32 = 256;
+
+/// A picture that could not be made.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct PlotError(pub String);
+
+fn err(e: impl std::fmt::Display) -> PlotError {
+    PlotError(e.to_string())
+}
+
+/// Proof that a font is registered for the pictures' text.
+#[derive(Debug, Clone)]
+pub struct Font {
+    pub path: PathBuf,
+}
+
+static REGISTERED: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// Loads the TTF at `path` as the pictures' font (once per path).
+pub fn load_font(path: &Path) -> Result<Font, PlotError> {
+    let mut registered = REGISTERED.lock().map_err(err)?;
+    if registered.as_deref() == Some(path) {
+        return Ok(Font { path: path.to_owned() });
+    }
+    let bytes = std::fs::read(path).map_err(|e| {
+        PlotError(format!(
+            "cannot read the font {} ({e}); the pictures need a TrueType font: install Debian's fonts-dejavu-core (apt-get install fonts-dejavu-core) or pass --font FILE.ttf",
+            path.display()
+        ))
+    })?;
+    // plotters keeps fonts for the life of the program.
+    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+    for family in ["sans-serif", "serif"] {
+        for style in [FontStyle::Normal, FontStyle::Bold] {
+            plotters::style::register_font(family, style, bytes)
+                .map_err(|_| PlotError(format!("{} is not a TrueType font plotters can read", path.display())))?;
+        }
+    }
+    *registered = Some(path.to_owned());
+    Ok(Font { path: path.to_owned() })
+}
+
+/// One hue per budget leaf, evenly around the colour wheel.
+pub fn team_color(leaf: usize, leaves: usize) -> HSLColor {
+    // Step by a fraction coprime-ish to the count, so neighbours differ.
+    let h = (leaf as f64 * 0.618_033_988_75).fract();
+    let l = if leaves > 8 && leaf % 2 == 1 { 0.38 } else { 0.5 };
+    HSLColor(h, 0.65, l)
+}
+
+fn leaf_of_job(tree: &BudgetTree, workload: &Workload, job: usize) -> usize {
+    tree.leaf_of_account(&workload.teams[workload.jobs[job].team as usize]).map_or(0, |l| l as usize)
+}
+
+/// One panel per budget leaf: the GPUs its jobs held (hourly mean, filled),
+/// the GPUs it was owed (black) and its share of the cluster (dashed).
+pub fn shares(path: &Path, _font: &Font, _workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome) -> Result<(), PlotError> {
+    let leaves = tree.leaves.len();
+    let capacity = cluster.capacity() as f64;
+    let (start, end) = (outcome.start, outcome.end.max(outcome.start + 3600));
+    let delivered: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|l| hourly(l, start, end).into_iter().map(|g| g / 3600.0).collect()).collect();
+    let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|l| hourly(l, start, end).into_iter().map(|g| g / 3600.0).collect()).collect();
+    let hours = delivered.first().map_or(0, Vec::len);
+    let mut owed = vec![vec![0.0; hours]; leaves];
+    let mut d = vec![0.0; leaves];
+    for h in 0..hours {
+        for l in 0..leaves {
+            d[l] = demand[l][h];
+        }
+        for (l, o) in owed_in_hour(tree, &d, capacity).into_iter().enumerate() {
+            owed[l][h] = o;
+        }
+    }
+    // Daily means read better than hourly noise over weeks; hourly for short runs.
+    let bin = if hours > 24 * 10 { 24 } else { 1 };
+    let smooth = |v: &[f64]| -> Vec<(f64, f64)> {
+        v.chunks(bin).enumerate().map(|(i, c)| (((i * bin) as f64 + c.len() as f64 / 2.0) / 24.0, c.iter().sum::<f64>() / c.len() as f64)).collect()
+    };
+    let cols = if leaves <= 4 { leaves.max(1) } else { 3 };
+    let rows = leaves.div_ceil(cols).max(1);
+    let (w, h) = (1500u32, 110 + 260 * rows as u32);
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let policy = outcome.policy.name();
+    let title = format!("{policy}: GPUs held per budget leaf ({} means), against owed and share", if bin == 24 { "daily" } else { "hourly" });
+    let (top, body) = root.split_vertically(70);
+    top.draw(&Text::new(title, (20, 12), ("sans-serif", 26).into_font())).map_err(err)?;
+    let legend = [("held (delivered)", RGBColor(90, 90, 90), false), ("owed", BLACK, false), ("share x GPUs", RGBColor(200, 30, 30), true)];
+    for (i, (name, color, dashed)) in legend.iter().enumerate() {
+        let x = 20 + i as i32 * 240;
+        let style = ShapeStyle::from(color).stroke_width(3);
+        if *dashed {
+            for k in 0..4 {
+                top.draw(&PathElement::new(vec![(x + k * 10, 55), (x + k * 10 + 6, 55)], style)).map_err(err)?;
+            }
+        } else if i == 0 {
+            top.draw(&Rectangle::new([(x, 48), (x + 36, 62)], color.mix(0.35).filled())).map_err(err)?;
+        } else {
+            top.draw(&PathElement::new(vec![(x, 55), (x + 36, 55)], style)).map_err(err)?;
+        }
+        top.draw(&Text::new(name.to_string(), (x + 44, 46), ("sans-serif", 18).into_font())).map_err(err)?;
+    }
+    let panels = body.split_evenly((rows, cols));
+    let days = (end - start) as f64 / 86400.0;
+    for (l, panel) in panels.iter().enumerate().take(leaves) {
+        let node = tree.leaf_node(l as u32);
+        let color = team_color(l, leaves);
+        let share_gpus = node.effective_share * capacity;
+        let del = smooth(&delivered[l]);
+        let owe = smooth(&owed[l]);
+        let ymax = del.iter().chain(owe.iter()).map(|p| p.1).fold(share_gpus, f64::max) * 1.15 + 1.0;
+        let total_del: f64 = delivered[l].iter().sum();
+        let total_owed: f64 = owed[l].iter().sum();
+        let ratio = if total_owed > 0.0 { format!("{:.0}% of owed", 100.0 * total_del / total_owed) } else { "owed nothing".into() };
+        let mut chart = ChartBuilder::on(panel)
+            .caption(format!("{} ({:.1}%): {ratio}", node.path, 100.0 * node.effective_share), ("sans-serif", 17))
+            .margin(8)
+            .x_label_area_size(40)
+            .y_label_area_size(48)
+            .build_cartesian_2d(0.0..days, 0.0..ymax)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc("day")
+            .y_desc("GPUs")
+            .y_label_formatter(&|y| format!("{y:.0}"))
+            .x_label_formatter(&|x| format!("{x:.0}"))
+            .label_style(("sans-serif", 13))
+            .axis_desc_style(("sans-serif", 14))
+            .light_line_style(WHITE.mix(0.0))
+            .draw()
+            .map_err(err)?;
+        chart.draw_series(AreaSeries::new(del.iter().copied(), 0.0, color.mix(0.45)).border_style(ShapeStyle::from(&color).stroke_width(1))).map_err(err)?;
+        chart.draw_series(LineSeries::new(owe.iter().copied(), ShapeStyle::from(&BLACK).stroke_width(2))).map_err(err)?;
+        // Dashed share line.
+        let red = ShapeStyle::from(&RGBColor(200, 30, 30)).stroke_width(2);
+        let dash = days / 60.0;
+        let mut x = 0.0;
+        while x < days {
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, share_gpus), ((x + dash * 0.6).min(days), share_gpus)], red))).map_err(err)?;
+            x += dash;
+        }
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// Diagonal hatching inside a pixel rectangle.
+fn hatch(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, (x0, y0): (i32, i32), (x1, y1): (i32, i32), style: ShapeStyle) -> Result<(), PlotError> {
+    const SPACING: i32 = 6;
+    // Lines x + y = c, clipped to the rectangle; c on a fixed grid so neighbours line up.
+    let mut c = (x0 + y0).div_euclid(SPACING) * SPACING;
+    while c <= x1 + y1 {
+        let lo = x0.max(c - y1);
+        let hi = x1.min(c - y0);
+        if lo < hi {
+            area.draw(&PathElement::new(vec![(lo, c - lo), (hi, c - hi)], style)).map_err(err)?;
+        }
+        c += SPACING;
+    }
+    Ok(())
+}
+
+/// One row per GPU, one bar per run, one hue per budget leaf; hatched
+/// where the run could be preempted, edged in red where it was.
+pub fn gantt(
+    path: &Path,
+    _font: &Font,
+    workload: &Workload,
+    tree: &BudgetTree,
+    cluster: ClusterSpec,
+    outcome: &Outcome,
+    (from, to): (i64, i64),
+) -> Result<(), PlotError> {
+    let gpus = cluster.capacity();
+    if gpus > GANTT_MAX_GPUS {
+        return Err(PlotError(format!("the Gantt chart is for clusters of at most {GANTT_MAX_GPUS} GPUs, not {gpus}")));
+    }
+    let to = to.min(outcome.end).max(from + 1);
+    let leaves = tree.leaves.len();
+    let row_px = (900 / gpus).clamp(4, 18);
+    let legend_rows = leaves.div_ceil(6) as u32;
+    let (w, h) = (1600u32, 120 + gpus * row_px + 60 + 26 * (legend_rows + 1));
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    // Hours since the first submission.
+    let (h0, h1) = ((from - outcome.start) as f64 / 3600.0, (to - outcome.start) as f64 / 3600.0);
+    let policy = outcome.policy.name();
+    let mut chart = ChartBuilder::on(&root)
+        .caption(format!("{policy}: {} ({} GPUs, one row each), hours {h0:.0} to {h1:.0}", cluster, gpus), ("sans-serif", 26))
+        .margin(12)
+        .margin_bottom(30 + 26 * (legend_rows + 1))
+        .x_label_area_size(36)
+        .y_label_area_size(60)
+        .build_cartesian_2d(h0..h1, gpus as f64..0.0)
+        .map_err(err)?;
+    let g = cluster.gpus_per_node;
+    chart
+        .configure_mesh()
+        .x_desc("hours since the first submission")
+        .y_desc("node")
+        .y_labels(0)
+        .label_style(("sans-serif", 14))
+        .axis_desc_style(("sans-serif", 16))
+        .disable_y_mesh()
+        .draw()
+        .map_err(err)?;
+    let px = |x: f64, y: f64| chart.as_coord_spec().translate(&(x, y));
+    let at = |t: i64| ((t.clamp(from, to) - outcome.start) as f64 / 3600.0).clamp(h0, h1);
+    let hours = h1;
+    for r in &outcome.runs {
+        if r.end <= from || r.start >= to {
+            continue;
+        }
+        let leaf = leaf_of_job(tree, workload, r.job as usize);
+        let color = team_color(leaf, leaves);
+        let (x0, x1) = (at(r.start), at(r.end));
+        let preemptible = r.preemptible_from < r.end;
+        let xp = at(r.preemptible_from.max(r.start));
+        for &(node, mask) in &r.slots {
+            let mut bits = mask;
+            while bits != 0 {
+                let slot = bits.trailing_zeros();
+                bits &= bits - 1;
+                let row = (node * g + slot) as f64;
+                let (a, b) = (px(x0, row), px(x1, row + 1.0));
+                let (a, b) = ((a.0, a.1 + 1), (b.0.max(a.0 + 1), b.1 - 1));
+                root.draw(&Rectangle::new([a, b], color.filled())).map_err(err)?;
+                if preemptible && r.preemptible_from < to {
+                    let p = px(xp, row);
+                    hatch(&root, (p.0, a.1), b, ShapeStyle::from(&WHITE.mix(0.85)).stroke_width(1))?;
+                }
+                if matches!(r.ended, RunEnd::Preempted { .. }) && r.end <= to {
+                    root.draw(&Rectangle::new([a, b], ShapeStyle::from(&RED).stroke_width(2))).map_err(err)?;
+                }
+            }
+        }
+    }
+    // Node boundaries, and node names beside their rows.
+    for n in 0..cluster.nodes {
+        if n > 0 {
+            let (a, b) = (px(h0, (n * g) as f64), px(hours, (n * g) as f64));
+            root.draw(&PathElement::new(vec![a, b], ShapeStyle::from(&BLACK.mix(0.5)).stroke_width(1))).map_err(err)?;
+        }
+        let mid = px(h0, n as f64 * g as f64 + g as f64 / 2.0);
+        let label = format!("n{n}");
+        let style = TextStyle::from(("sans-serif", 14).into_font());
+        let (w, h) = root.estimate_text_size(&label, &style).map_err(err)?;
+        root.draw(&Text::new(label, (mid.0 - w as i32 - 8, mid.1 - h as i32 / 2), style)).map_err(err)?;
+    }
+    // Legend: teams, then the two marks.
+    let base_y = (h - 26 * (legend_rows + 1) - 8) as i32;
+    for l in 0..leaves {
+        let (x, y) = (20 + (l % 6) as i32 * 260, base_y + (l / 6) as i32 * 26);
+        root.draw(&Rectangle::new([(x, y), (x + 30, y + 16)], team_color(l, leaves).filled())).map_err(err)?;
+        root.draw(&Text::new(tree.leaf_node(l as u32).path.clone(), (x + 38, y), ("sans-serif", 15).into_font())).map_err(err)?;
+    }
+    let y = base_y + legend_rows as i32 * 26;
+    root.draw(&Rectangle::new([(20, y), (50, y + 16)], RGBColor(120, 120, 120).filled())).map_err(err)?;
+    hatch(&root, (20, y), (50, y + 16), ShapeStyle::from(&WHITE.mix(0.85)).stroke_width(1))?;
+    root.draw(&Text::new("hatched: preemptible (unallocated, or past its minimum runtime)".to_string(), (58, y), ("sans-serif", 15).into_font()))
+        .map_err(err)?;
+    root.draw(&Rectangle::new([(640, y), (670, y + 16)], RGBColor(120, 120, 120).filled())).map_err(err)?;
+    root.draw(&Rectangle::new([(640, y), (670, y + 16)], ShapeStyle::from(&RED).stroke_width(2))).map_err(err)?;
+    root.draw(&Text::new("red edge: preempted".to_string(), (678, y), ("sans-serif", 15).into_font())).map_err(err)?;
+    root.present().map_err(err)?;
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! From a workload and a budget to what the engine needs per job: its leaf,
+//! its contract as `job_submit/allot` would accept it, the GPUs it holds, or
+//! why it is refused.
+
+use std::collections::HashMap;
+
+use allot::budget::{BudgetTree, LeafRefusal};
+use allot::contract::{parse_comment, Contract, ContractRules, PriorityLevel};
+use allot::duration::format_duration;
+
+use crate::cluster::ClusterSpec;
+use crate::workload::Workload;
+
+/// Per job, by index into [`Workload::jobs`].
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The budget leaf the job charges (`None`: refused).
+    pub leaf: Vec<Option<u32>>,
+    pub contract: Vec<Contract>,
+    /// GPUs held while running (whole nodes for jobs larger than a node).
+    pub held: Vec<u32>,
+    /// Why the job never enters the queue.
+    pub refused: Vec<Option<String>>,
+    /// Jobs whose declared minimum runtime exceeded the cap and were run
+    /// with the cap instead (job_submit would refuse them; we assume their
+    /// users resubmit with the largest allowed value).
+    pub clamped_to_cap: u32,
+}
+
+/// A budget with one leaf per team, equal shares: the default when the
+/// simulation is given no budget file.
+pub fn equal_share_budget(workload: &Workload) -> Result<BudgetTree, String> {
+    let mut text = String::from("[budget]\n");
+    let mut used = std::collections::HashSet::new();
+    for team in &workload.teams {
+        // Node names allow letters, digits, '_' and '-'; accounts keep the team's own spelling.
+        let mut name: String = team.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+        while !used.insert(name.to_ascii_lowercase()) {
+            name.push('_');
+        }
+        let account = team.replace('\\', "\\\\").replace('"', "\\\"");
+        text.push_str(&format!("[budget.{name}]\nshare = 1\naccounts = [\"{account}\"]\n"));
+    }
+    BudgetTree::parse(&text).map_err(|e| format!("cannot build a one-leaf-per-team budget from the workload's teams:\n{}", e.render("(generated budget)")))
+}
+
+/// Resolves every job against `tree` (whose settings hold the cap and the
+/// default minimum runtime) and the cluster.
+pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec) -> Prepared {
+    let rules = ContractRules::from(&tree.settings);
+    let n = workload.jobs.len();
+    let mut out = Prepared { leaf: vec![None; n], contract: Vec::with_capacity(n), held: Vec::with_capacity(n), refused: vec![None; n], clamped_to_cap: 0 };
+    // Few distinct (min_runtime, priority) pairs: parse each once.
+    type Parsed = Result<(Contract, bool), String>;
+    let mut contracts: HashMap<(Option<i64>, PriorityLevel), Parsed> = HashMap::new();
+    let leaf_of_team: Vec<Result<u32, String>> = workload
+        .teams
+        .iter()
+        .map(|team| {
+            tree.leaf_of_account(team).ok_or_else(|| {
+                LeafRefusal::UnknownAccount { account: team.clone(), allowed: tree.leaves.iter().flat_map(|&id| tree.node(id).accounts.clone()).collect() }
+                    .to_string()
+            })
+        })
+        .collect();
+    for (i, job) in workload.jobs.iter().enumerate() {
+        let parsed = contracts.entry((job.min_runtime, job.priority)).or_insert_with(|| contract_for(job.min_runtime, job.priority, rules)).clone();
+        out.held.push(cluster.held_gpus(job.gpus));
+        match parsed {
+            Ok((c, clamped)) => {
+                out.contract.push(c);
+                out.clamped_to_cap += u32::from(clamped);
+            }
+            Err(e) => {
+                out.contract.push(Contract { min_runtime: 0, priority: job.priority });
+                out.refused[i] = Some(format!("contract refused: {e}"));
+                continue;
+            }
+        }
+        match &leaf_of_team[job.team as usize] {
+            Ok(leaf) => out.leaf[i] = Some(*leaf),
+            Err(e) => {
+                out.refused[i] = Some(e.clone());
+                continue;
+            }
+        }
+        if job.gpus > cluster.capacity() || out.held[i] > cluster.capacity() {
+            out.refused[i] = Some(format!("needs {} GPUs; the cluster has {}", job.gpus, cluster.capacity()));
+            out.leaf[i] = None;
+        }
+    }
+    out
+}
+
+/// The contract job_submit would record for this declaration, through the
+/// policy's own parser. Over the cap: run with the cap (flagged `true`).
+fn contract_for(min_runtime: Option<i64>, priority: PriorityLevel, rules: ContractRules) -> Result<(Contract, bool), String> {
+    let comment = |m: Option<i64>| match m {
+        Some(m) => format!("min_runtime={} priority={priority}", format_duration(m)),
+        None => format!("priority={priority}"),
+    };
+    match parse_comment(&comment(min_runtime), rules) {
+        Ok(p) => Ok((p.contract, false)),
+        Err(_) if min_runtime.is_some_and(|m| m > rules.min_runtime_cap) => {
+            parse_comment(&comment(Some(rules.min_runtime_cap)), rules).map(|p| (p.contract, true)).map_err(|e| e.to_string())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contracts_go_through_the_policy_parser() {
+        let csv = "submit_s,gpus,runtime_s,team,min_runtime_s,priority\n0,1,10,a,,high\n0,1,10,a,0,normal\n0,1,10,b,36000,low\n0,64,10,a,3600,low\n0,4,10,zz,60,low\n";
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        let tree = BudgetTree::parse("[cluster]\ndefault_min_runtime=\"30m\"\nmin_runtime_cap=\"8h\"\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n").unwrap();
+        let p = prepare(&w, &tree, ClusterSpec { nodes: 2, gpus_per_node: 8 });
+        assert_eq!(p.contract[0].min_runtime, 1800, "the budget's default");
+        assert_eq!(p.contract[0].priority, PriorityLevel::High);
+        assert!(!p.contract[1].is_allocated());
+        assert_eq!(p.contract[2].min_runtime, 8 * 3600, "clamped to the cap");
+        assert_eq!(p.clamped_to_cap, 1);
+        assert!(p.refused[3].as_deref().unwrap().contains("needs 64 GPUs"));
+        assert!(p.refused[4].as_deref().unwrap().contains("account 'zz' is not in the allot budget tree"), "{:?}", p.refused[4]);
+        assert_eq!(p.leaf[2], Some(1));
+    }
+
+    #[test]
+    fn equal_shares_per_team() {
+        let w = Workload::from_csv("submit_s,gpus,runtime_s,team\n0,1,1,x.y\n0,1,1,x_y\n0,1,1,z\n".as_bytes(), false).unwrap();
+        let t = equal_share_budget(&w).unwrap();
+        assert_eq!(t.leaves.len(), 3);
+        assert!(t.leaf_of_account("x.y").is_some());
+        assert!((t.leaf_node(0).effective_share - 1.0 / 3.0).abs() < 1e-12);
+    }
+}

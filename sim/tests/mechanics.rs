@@ -1,0 +1,236 @@
+//! Small hand-made cases whose every number can be worked out by hand: the
+//! contract (protection, unallocated jobs, grace, requeue, cancel),
+//! backfill, placement and the baseline's limits.
+
+use allot::budget::BudgetTree;
+use allot_sim::check::invariants;
+use allot_sim::{simulate, ClusterSpec, Config, Fate, PolicyKind, RunEnd, Simulation, Workload};
+
+const H: i64 = 3600;
+
+fn workload(rows: &str) -> Workload {
+    let csv = format!("job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,priority\n{rows}");
+    Workload::from_csv(csv.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Two teams, equal shares; `cluster` extra settings in TOML.
+fn tree(cluster: &str) -> BudgetTree {
+    BudgetTree::parse(&format!("[cluster]\n{cluster}\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n"))
+        .unwrap()
+}
+
+fn run(w: &Workload, cfg: &Config) -> Simulation {
+    let sim = simulate(w, cfg, &mut |_| {});
+    let broken = invariants(w, cfg, &sim);
+    assert!(broken.is_empty(), "{broken:#?}");
+    sim
+}
+
+fn config(shape: &str, cluster: &str, policy: PolicyKind) -> Config {
+    let mut cfg = Config::new(shape.parse::<ClusterSpec>().unwrap(), tree(cluster), policy);
+    cfg.check_policy = true;
+    cfg
+}
+
+/// Runs of job `id`, in order.
+fn runs_of(sim: &Simulation, w: &Workload, id: u32) -> Vec<allot_sim::Run> {
+    let idx = w.jobs.iter().position(|j| j.job_id == id).unwrap() as u32;
+    sim.outcome.runs.iter().filter(|r| r.job == idx).cloned().collect()
+}
+
+fn fate(sim: &Simulation, w: &Workload, id: u32) -> Fate {
+    let idx = w.jobs.iter().position(|j| j.job_id == id).unwrap();
+    sim.outcome.jobs[idx].fate.clone()
+}
+
+#[test]
+fn an_unallocated_job_yields_at_once_loses_work_since_its_checkpoint_and_resumes() {
+    // 1 node of 2 GPUs. a's free job runs from 0; b's allocated job arrives at 1h.
+    let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
+    let cfg = config("1x2", "grace = \"5m\"", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    let a = runs_of(&sim, &w, 1);
+    let b = runs_of(&sim, &w, 2);
+    // Signalled at 1h, killed after the 5-minute grace; b starts then.
+    assert_eq!(a[0].ended, RunEnd::Preempted { signal: H });
+    assert_eq!(a[0].end, H + 300);
+    assert_eq!(b[0].start, H + 300);
+    // Checkpoints every 30 minutes: 65 minutes of work, 60 saved, 5 lost.
+    assert_eq!(a[0].lost, 300);
+    // a runs again when b is done and finishes its remaining 9 hours.
+    assert_eq!(a[1].start, b[0].end);
+    assert_eq!(a[1].end - a[1].start, 36000 - 2 * 1800);
+    assert_eq!(fate(&sim, &w, 1), Fate::Completed);
+    assert_eq!(sim.report.preemptions, 1);
+    assert!((sim.report.gpu_hours_lost_to_preemption - 2.0 * 300.0 / 3600.0).abs() < 1e-3);
+    // The unallocated run was never charged, b's run was.
+    assert_eq!(sim.outcome.charged, vec![0, 2 * 3600]);
+}
+
+#[test]
+fn an_allocated_job_is_protected_for_its_minimum_runtime_then_preempted_by_rank() {
+    // 4-hour window, 1 GPU: each team owns 2 GPU-hours. After 2 hours a has
+    // used all of its share (ratio 1.0), b none: past a's protection, b preempts.
+    let w = workload("1,0,1,36000,a,7200,true,normal\n2,600,1,3600,b,3600,true,normal\n");
+    let cfg = config("1x1", "lookback = \"4h\"\ngrace = \"5m\"", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    let a = runs_of(&sim, &w, 1);
+    assert_eq!(a[0].ended, RunEnd::Preempted { signal: 2 * H }, "{a:?}");
+    assert_eq!(a[0].preemptible_from, 2 * H);
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 2 * H + 300);
+    // b waited from 600 s to 2h05.
+    let kinds = &sim.report.by_kind["unspecified"];
+    assert_eq!(kinds.jobs, 2);
+}
+
+#[test]
+fn the_margin_keeps_a_barely_ahead_team_running() {
+    // 7-day window: after 2 hours a's ratio is 2 / (0.5 x 168) = 0.024, b's 0:
+    // not more than the 0.1 margin apart, so a keeps its GPU to the end.
+    let w = workload("1,0,1,36000,a,7200,true,normal\n2,600,1,3600,b,3600,true,normal\n");
+    let cfg = config("1x1", "", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    assert_eq!(runs_of(&sim, &w, 1).len(), 1);
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000);
+    assert_eq!(sim.report.preemptions, 0);
+}
+
+#[test]
+fn a_non_resumable_victim_is_cancelled_and_all_its_work_is_lost() {
+    let w = workload("1,0,1,36000,a,7200,false,normal\n2,600,1,3600,b,3600,true,normal\n");
+    let cfg = config("1x1", "lookback = \"4h\"\ngrace = \"1m\"", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    assert_eq!(fate(&sim, &w, 1), Fate::Cancelled("preempted and not resumable".into()));
+    let a = runs_of(&sim, &w, 1);
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].lost, 2 * H + 60);
+    assert_eq!(sim.report.jobs_cancelled, 1);
+    assert_eq!(sim.report.not_completed["cancelled: preempted and not resumable"], 1);
+}
+
+#[test]
+fn checkpointing_in_the_grace_time_loses_nothing() {
+    let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
+    let mut cfg = config("1x2", "grace = \"5m\"", PolicyKind::Allot);
+    cfg.checkpoint_interval = 0;
+    let sim = run(&w, &cfg);
+    let a = runs_of(&sim, &w, 1);
+    assert_eq!(a[0].lost, 0);
+    assert_eq!(a[1].end - a[1].start, 36000 - (H + 300));
+}
+
+#[test]
+fn backfill_lets_a_short_job_past_a_blocked_one_but_not_a_long_one() {
+    // Two nodes of 4 GPUs, one team. Node 0 busy until 10h, node 1 until 2h.
+    // Job 3 wants both nodes: it waits for 10h and reserves them. Job 4 (1h)
+    // fits on node 1 and ends well before: it starts. Job 5 (20h) would
+    // delay job 3: it waits until job 3 has started.
+    let rows = "1,0,4,36000,a,3600,true,normal\n\
+                2,0,2,7200,a,3600,true,normal\n\
+                3,10,8,3600,a,3600,true,normal\n\
+                4,20,2,3600,a,3600,true,normal\n\
+                5,30,2,72000,a,3600,true,normal\n";
+    let w = workload(rows);
+    let cfg = config("2x4", "", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    let start = |id| runs_of(&sim, &w, id)[0].start;
+    assert_eq!(start(3), 36000);
+    assert!(start(4) <= 20 + 30, "the short job backfills within a backfill interval: {}", start(4));
+    assert!(start(5) >= start(3), "the long job must not delay the reservation: {} vs {}", start(5), start(3));
+    // Job 3 holds both nodes whole.
+    let r3 = &runs_of(&sim, &w, 3)[0];
+    assert_eq!(r3.slots, vec![(0, 0b1111), (1, 0b1111)]);
+}
+
+#[test]
+fn a_job_larger_than_a_node_holds_whole_nodes() {
+    let w = workload("1,0,12,3600,a,3600,true,normal\n2,0,1,3600,b,3600,true,normal\n");
+    let cfg = config("3x8", "", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    let r = &runs_of(&sim, &w, 1)[0];
+    assert_eq!(r.gpus, 16);
+    assert_eq!(r.slots.len(), 2);
+    assert!(r.slots.iter().all(|&(_, m)| m == 0xff));
+    // The small job went to the third node, not into the big job's nodes.
+    let small = &runs_of(&sim, &w, 2)[0];
+    assert!(r.slots.iter().all(|&(n, _)| n != small.slots[0].0));
+    assert_eq!(sim.report.gpu_seconds_delivered, 16 * 3600 + 3600);
+}
+
+#[test]
+fn baseline_limits_non_preemptible_gpus_and_scavengers_use_the_rest() {
+    // 8 GPUs, two teams: limits of 4 each. a submits three 2-GPU jobs: the
+    // third waits for the limit though GPUs are free. a's free job runs on
+    // the idle GPUs, and b's job preempts it.
+    let rows = "1,0,2,7200,a,3600,true,normal\n\
+                2,0,2,7200,a,3600,true,normal\n\
+                3,0,2,7200,a,3600,true,normal\n\
+                4,0,4,36000,a,0,true,normal\n\
+                5,100,4,3600,b,3600,true,normal\n";
+    let w = workload(rows);
+    let cfg = config("1x8", "grace = \"1m\"", PolicyKind::Baseline);
+    let sim = run(&w, &cfg);
+    let start = |id| runs_of(&sim, &w, id)[0].start;
+    assert_eq!(start(1), 0);
+    assert_eq!(start(2), 0);
+    assert_eq!(start(3), 7200, "over the limit until a job of a ends");
+    assert_eq!(start(4), 0, "the free job takes the idle GPUs");
+    assert_eq!(runs_of(&sim, &w, 4)[0].ended, RunEnd::Preempted { signal: 100 });
+    assert_eq!(start(5), 160);
+    // Baseline charges nothing.
+    assert!(sim.outcome.charged.iter().all(|&c| c == 0));
+}
+
+#[test]
+fn baseline_refuses_jobs_larger_than_the_team_limit() {
+    let w = workload("1,0,8,3600,a,3600,true,normal\n2,0,8,3600,a,0,true,normal\n");
+    let cfg = config("1x8", "", PolicyKind::Baseline);
+    let sim = run(&w, &cfg);
+    assert!(matches!(fate(&sim, &w, 1), Fate::Refused(r) if r.contains("limit of 4")));
+    // A preemptible job is not bound by the limit.
+    assert_eq!(fate(&sim, &w, 2), Fate::Completed);
+}
+
+#[test]
+fn jobs_outside_the_budget_and_the_cluster_are_refused_with_the_reason() {
+    let w = workload("1,0,1,60,zz,60,true,normal\n2,0,99,60,a,60,true,normal\n3,0,1,60,a,60,true,normal\n");
+    let cfg = config("1x8", "", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    assert!(matches!(fate(&sim, &w, 1), Fate::Refused(r) if r.contains("account 'zz' is not in the allot budget tree")));
+    assert!(matches!(fate(&sim, &w, 2), Fate::Refused(r) if r.contains("needs 99 GPUs; the cluster has 8")));
+    assert_eq!(sim.report.jobs_refused, 2);
+    assert_eq!(sim.report.jobs_completed, 1);
+}
+
+#[test]
+fn a_horizon_stops_the_clock_and_says_what_was_left() {
+    let w = workload("1,0,1,36000,a,3600,true,normal\n2,0,1,60,a,3600,true,normal\n3,100,1,60,a,3600,true,normal\n4,90000,1,60,a,3600,true,normal\n");
+    let mut cfg = config("1x1", "", PolicyKind::Allot);
+    cfg.horizon = Some(7200);
+    let sim = run(&w, &cfg);
+    assert_eq!(fate(&sim, &w, 1), Fate::Unfinished("running at the horizon".into()));
+    assert_eq!(fate(&sim, &w, 2), Fate::Unfinished("still waiting at the horizon".into()));
+    assert_eq!(fate(&sim, &w, 4), Fate::Unfinished("submitted after the horizon".into()));
+    assert_eq!(sim.report.jobs_unfinished, 4);
+    assert_eq!(runs_of(&sim, &w, 1)[0].ended, RunEnd::Horizon);
+    // Waits of jobs that never started count up to the horizon.
+    assert_eq!(sim.report.wait_p99_s, 7200);
+}
+
+#[test]
+fn within_a_leaf_declared_priority_goes_first() {
+    // One GPU busy; then a low, a normal and a high job of the same team.
+    let rows = "1,0,1,3600,a,3600,true,normal\n\
+                2,10,1,60,a,60,true,low\n\
+                3,20,1,60,a,60,true,normal\n\
+                4,30,1,60,a,60,true,high\n";
+    let w = workload(rows);
+    let cfg = config("1x1", "", PolicyKind::Allot);
+    let sim = run(&w, &cfg);
+    let start = |id| runs_of(&sim, &w, id)[0].start;
+    assert!(start(4) < start(3) && start(3) < start(2));
+    // The baseline ignores it by default: first come, first served.
+    let base = run(&w, &config("1x1", "", PolicyKind::Baseline));
+    let bstart = |id| runs_of(&base, &w, id)[0].start;
+    assert!(bstart(2) < bstart(3) && bstart(3) < bstart(4));
+}

@@ -1,0 +1,50 @@
+//! The pictures are drawn, as PNGs of the expected size, with the font the
+//! project installs (Debian's fonts-dejavu-core).
+
+use std::path::Path;
+
+use allot::budget::BudgetTree;
+use allot_sim::generate::{scenario, ScenarioParams};
+use allot_sim::plot::{gantt, load_font, shares, DEFAULT_FONT};
+use allot_sim::{simulate, ClusterSpec, Config, PolicyKind};
+
+/// Width and height from a PNG's IHDR chunk.
+fn png_size(path: &Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    let be = |i: usize| u32::from_be_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    (be(16), be(20))
+}
+
+#[test]
+fn gantt_and_share_pictures_are_drawn() {
+    let font = load_font(Path::new(DEFAULT_FONT)).unwrap_or_else(|e| panic!("{e}"));
+    let cluster = ClusterSpec { nodes: 4, gpus_per_node: 8 };
+    let s = scenario(&ScenarioParams { cluster, days: 2.0, teams: 4, load: 1.5, seed: 3 });
+    let tree = BudgetTree::parse(&s.budget_toml).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for policy in [PolicyKind::Allot, PolicyKind::Baseline] {
+        let cfg = Config::new(cluster, tree.clone(), policy);
+        let sim = simulate(&s.workload, &cfg, &mut |_| {});
+        let g = dir.path().join(format!("gantt-{}.png", policy.name()));
+        gantt(&g, &font, &s.workload, &tree, cluster, &sim.outcome, (0, 86_400)).unwrap();
+        let (w, h) = png_size(&g);
+        assert_eq!(w, 1600);
+        assert!(h > 32 * 4, "one row per GPU: {h} px");
+        let p = dir.path().join(format!("shares-{}.png", policy.name()));
+        shares(&p, &font, &s.workload, &tree, cluster, &sim.outcome).unwrap();
+        assert_eq!(png_size(&p).0, 1500);
+    }
+    // Too many GPUs for one row each: a clear refusal.
+    let big = ClusterSpec { nodes: 75, gpus_per_node: 8 };
+    let cfg = Config::new(big, tree.clone(), PolicyKind::Allot);
+    let sim = simulate(&s.workload, &cfg, &mut |_| {});
+    let e = gantt(&dir.path().join("x.png"), &font, &s.workload, &tree, big, &sim.outcome, (0, 3600)).unwrap_err();
+    assert!(e.to_string().contains("at most 256 GPUs"), "{e}");
+}
+
+#[test]
+fn a_missing_font_names_the_package_to_install() {
+    let e = load_font(Path::new("/nonexistent/DejaVuSans.ttf")).unwrap_err();
+    assert!(e.to_string().contains("fonts-dejavu-core"), "{e}");
+}
