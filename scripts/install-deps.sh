@@ -31,10 +31,12 @@ readonly APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 --no-install-recommends)
 #   dpkg-dev              dpkg-source, which `apt-get source` needs to unpack
 #   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
 #   coreutils             timeout/mknod (essential, listed so the check is explicit)
+#   fonts-dejavu-core     the font `allot simulate` draws its pictures' text with
 readonly PACKAGES=(
     slurm-wlm slurmctld slurmd slurm-client munge libslurm-dev
     libclang-dev pkg-config build-essential dpkg-dev
     procps util-linux coreutils
+    fonts-dejavu-core
 )
 
 step() { printf 'install-deps: %s\n' "$*"; }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use allot_cli::{budget_cmd, history, identity, now, sync, watch};
+use allot_cli::{budget_cmd, history, identity, now, report, sync, watch};
 use clap::{Parser, Subcommand};
 
 mod simulate;
@@ -39,6 +39,15 @@ enum Command {
     },
     /// Re-sync a budget file whenever it changes (run as a service).
     Watch { file: PathBuf },
+    /// GPU-hours charged to each budget over a window, against what it is owed.
+    Usage {
+        /// The window, ending now (default: the budget's lookback).
+        #[arg(long)]
+        window: Option<String>,
+    },
+    /// Why a job is where it is: its contract, runs, preemptions, and its
+    /// budget's place in the fair-share order, level by level.
+    Why { job: u32 },
     /// Replay a workload through the allot policy (and a baseline) and report.
     Simulate(simulate::SimulateArgs),
 }
@@ -52,6 +61,8 @@ fn main() -> ExitCode {
         Command::Budget(cmd) => budget_cmd::run(cmd, &ledger, now()),
         Command::History { limit } => history::run(&ledger, limit),
         Command::Watch { file } => watch::run(&ledger, &file),
+        Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
+        Command::Why { job } => report::why(&ledger, job),
         Command::Simulate(args) => return simulate::run(args).unwrap_or_else(|e| fail(&e)),
     };
     match result {

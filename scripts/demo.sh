@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# allot's demo, from a fresh Debian bookworm machine, as root:
+#
+#   1. installs what it needs (scripts/install-deps.sh) and builds allot;
+#   2. brings up a real Slurm 22.05.8 cluster on this host (4 nodes x 8 fake
+#      GPUs) with allot's three plugins, and syncs the example lab's budget
+#      tree (conf/budgets.toml: 3 programs, 10 projects, 24 teams);
+#   3. submits a mixed workload from several teams: idle "squatting" jobs that
+#      declare min_runtime=0 (unallocated), multi-node-sized training jobs,
+#      and short debug jobs that arrive when the cluster is full;
+#   4. waits about three minutes, then prints who ran, who was preempted and
+#      why, and what each budget was charged; and brings the cluster down.
+#
+# Usage: scripts/demo.sh [--keep]   (--keep leaves the cluster up to explore:
+#        eval "$(scripts/cluster.sh env /tmp/allot-demo)"; squeue; allot --ledger ...)
+# Environment: ALLOT_DEMO_DIR (default /tmp/allot-demo), ALLOT_PORT_BASE (17500).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+
+keep=no
+[[ ${1:-} == --keep ]] && keep=yes
+[[ $(id -u) -eq 0 ]] || { echo "demo: run as root (it runs slurmd and submits as the lab's users)" >&2; exit 1; }
+
+DIR=${ALLOT_DEMO_DIR:-/tmp/allot-demo}
+export ALLOT_PORT_BASE=${ALLOT_PORT_BASE:-17500}
+export ALLOT_RECOMPUTE_PERIOD=2 ALLOT_GRACE_TIME=5
+say() { printf '\ndemo: %s\n' "$*"; }
+
+say "installing dependencies and building allot (release)"
+scripts/install-deps.sh
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+allot="$repo/target/release/allot"
+
+# The workload: seconds after the start, user (a member of conf/budgets.toml),
+# kind, GPUs, contract, seconds of work.
+WORKLOAD=$(cat <<'EOF'
+0   ivy    squat     8  min_runtime=0            600
+0   wes    squat     8  min_runtime=0            600
+0   ravi   training  8  min_runtime=1m           150
+0   zoe    training  8  min_runtime=1m           150
+25  felix  training  8  min_runtime=2m           120
+30  tomas  debug     1  min_runtime=5m           20
+35  olga   debug     2  min_runtime=5m           15
+40  hana   debug     1  min_runtime=5m           25
+45  sam    debug     1  min_runtime=2m           20
+70  paula  training  8  min_runtime=1m           100
+80  priya  debug     2  min_runtime=5m           20
+90  jon    debug     1  min_runtime=5m           20
+EOF
+)
+
+for user in $(awk '{print $2}' <<<"$WORKLOAD" | sort -u); do
+    id "$user" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$user"
+done
+
+if [[ -d $DIR/run ]]; then scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true; fi
+rm -rf "$DIR"
+mkdir -p "$DIR/jobs"
+chmod 755 "$DIR"
+chmod 1777 "$DIR/jobs"
+ledger="$DIR/ledger.db"
+
+say "syncing the example lab's budget into the ledger"
+"$allot" --ledger "$ledger" sync conf/budgets.toml | sed -n 1p
+
+say "bringing up the cluster with allot's plugins"
+scripts/cluster.sh up "$DIR" --plugins allot
+if [[ $keep == no ]]; then
+    trap 'scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true' EXIT
+fi
+eval "$(scripts/cluster.sh env "$DIR")"
+
+say "submitting the workload (squatters and training first, debug jobs into a full cluster)"
+declare -A kind_of
+start=$(date +%s)
+while read -r at user kind gpus contract work; do
+    [[ -z $at ]] && continue
+    while (( $(date +%s) - start < at )); do sleep 1; done
+    id=$(cd "$DIR/jobs" && runuser -u "$user" -- sbatch --parsable --requeue -o /dev/null -e /dev/null \
+        --gres="gpu:$gpus" --comment="$kind $contract" --job-name="$kind" --wrap "sleep $work")
+    kind_of[$id]=$kind
+    printf '  +%3ss  job %-3s %-6s %-8s %d GPU(s)  %s\n' "$at" "$id" "$user" "$kind" "$gpus" "$contract"
+done <<<"$WORKLOAD"
+
+end=$((start + 200))
+while (( $(date +%s) < end )); do
+    sleep 30
+    printf '\n  at +%ss:\n' "$(( $(date +%s) - start ))"
+    squeue -o '    %.4i %.6u %.12a %.9j %.8T %.10Q %.20R' | head -20
+done
+sleep 3
+
+say "who ran, and who was preempted"
+printf '  %-4s %-6s %-30s %-8s %-22s %-9s %-8s %s\n' JOB USER BUDGET KIND CONTRACT STATE RESTARTS WAIT
+# WAIT: from submission to the first start, both as the ledger recorded them
+# (Slurm resets a job's SubmitTime when it requeues it).
+scontrol show job -o | while read -r line; do
+    get() { grep -o "\b$1=[^ ]*" <<<"$line" | sed -n 1p | cut -d= -f2-; }
+    id=$(get JobId)
+    contract=$(grep -o 'min_runtime=[^ ]*' <<<"$line" | sed -n 1p)
+    why=$("$allot" --ledger "$ledger" why "$id" 2>/dev/null || true)
+    submitted=$(awk '/^  submitted/ {print $2}' <<<"$why" | sed -n 1p)
+    first=$(awk '/^  run 1:/ {print $6}' <<<"$why" | sed -n 1p)
+    wait="-"
+    if [[ -n $submitted && -n $first ]]; then
+        wait="$(( $(date -d "$first" +%s) - $(date -d "$submitted" +%s) ))s"
+    fi
+    leaf=$(awk -F'budget ' '/^  user/ {print $2}' <<<"$why" | sed -n 1p)
+    printf '  %-4s %-6s %-30s %-8s %-22s %-9s %-8s %s\n' "$id" "$(get UserId | cut -d'(' -f1)" "${leaf:-?}" "$(get JobName)" \
+        "$contract" "$(get JobState)" "$(get Restarts)" "$wait"
+done
+
+preempted=$(scontrol show job -o | awk '/Restarts=[1-9]/ && !found {sub("JobId=", "", $1); print $1; found = 1}')
+if [[ -n $preempted ]]; then
+    say "why job $preempted was preempted (allot why $preempted)"
+    "$allot" --ledger "$ledger" why "$preempted"
+fi
+
+say "what each budget was charged (allot usage --window 10m; unallocated time is never charged)"
+"$allot" --ledger "$ledger" usage --window 10m | awk 'NR <= 2 || $4 != "0.00" || $6 != "0.00"'
+
+if [[ $keep == yes ]]; then
+    say "the cluster is still up: eval \"\$(scripts/cluster.sh env $DIR)\"; scripts/cluster.sh down $DIR when done"
+else
+    say "bringing the cluster down"
+fi

@@ -1,0 +1,158 @@
+//! `allot usage` and `allot why`: what the ledger knows, explained.
+
+use std::path::Path;
+
+use allot::budget::BudgetTree;
+use allot::duration::{format_duration, parse_duration};
+use allot::fairshare::Ranking;
+use allot_ledger::Ledger;
+use anyhow::{anyhow, Context};
+
+fn current_tree(l: &Ledger) -> anyhow::Result<(i64, BudgetTree)> {
+    let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    Ok((v.version, tree))
+}
+
+/// The ranking the plugins last computed (same usage, same code), if any.
+fn last_ranking(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<Option<(Ranking, i64)>> {
+    Ok(l.usage_snapshot()?.map(|s| {
+        let capacity = tree.settings.gpus.unwrap_or(s.capacity_gpus);
+        (Ranking::compute(tree, &s.charged_for(tree), capacity, s.computed_at), s.computed_at)
+    }))
+}
+
+fn hours(gpu_seconds: f64) -> String {
+    format!("{:.2}", gpu_seconds / 3600.0)
+}
+
+/// `allot usage [--window D]`: GPU-hours charged per leaf over the window
+/// ending now, against each leaf's allocation.
+pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()> {
+    let l = Ledger::open_read_only(ledger)?;
+    let (version, tree) = current_tree(&l)?;
+    let window = match window {
+        Some(w) => parse_duration(w).map_err(|e| anyhow!("--window: {e}"))?,
+        None => tree.settings.lookback,
+    };
+    let capacity = match (tree.settings.gpus, l.usage_snapshot()?) {
+        (Some(g), _) => g,
+        (None, Some(s)) => s.capacity_gpus,
+        (None, None) => return Err(anyhow!("the budget gives no GPU count and the plugins have not counted them yet")),
+    };
+    let from = now - window;
+    let runs = l.runs_since(from).context("reading runs")?;
+    println!(
+        "usage over the last {} (budget version {version}, {capacity} GPUs): GPU-hours charged to each leaf against its allocation",
+        format_duration(window)
+    );
+    let mut rows = vec![["LEAF".to_owned(), "SHARE".into(), "OWED".into(), "CHARGED".into(), "USED".into(), "UNALLOCATED".into(), "RUNS".into()]];
+    let mut other_charged = 0.0;
+    for &node in &tree.leaves {
+        let n = tree.node(node);
+        let mut charged = 0.0;
+        let mut unallocated = 0.0;
+        let mut count = 0;
+        for r in runs.iter().filter(|r| r.leaf.as_deref() == Some(n.path.as_str())) {
+            let seconds = (r.run_end.unwrap_or(now).min(now) - r.run_start.max(from)).max(0) as f64 * r.gpus as f64;
+            if r.allocated {
+                charged += seconds;
+            } else {
+                unallocated += seconds;
+            }
+            count += 1;
+        }
+        let owed = n.effective_share * capacity as f64 * window as f64;
+        rows.push([
+            n.path.clone(),
+            format!("{:.2}%", n.effective_share * 100.0),
+            hours(owed),
+            hours(charged),
+            format!("{:.2}", if owed > 0.0 { charged / owed } else { 0.0 }),
+            hours(unallocated),
+            count.to_string(),
+        ]);
+    }
+    for r in runs.iter().filter(|r| r.leaf.as_deref().and_then(|p| tree.find(p)).is_none()) {
+        other_charged += (r.run_end.unwrap_or(now).min(now) - r.run_start.max(from)).max(0) as f64 * r.gpus as f64;
+    }
+    print_table(&rows, &[1, 2, 3, 4, 5, 6]);
+    if other_charged > 0.0 {
+        println!("(and {} GPU-hours by jobs outside the current budget tree)", hours(other_charged));
+    }
+    Ok(())
+}
+
+/// `allot why JOB`: the job's contract, runs and events, and where its leaf
+/// stands in the fair-share order, level by level.
+pub fn why(ledger: &Path, job: u32) -> anyhow::Result<()> {
+    let l = Ledger::open_read_only(ledger)?;
+    let (_, tree) = current_tree(&l)?;
+    let contract = l.contract(job)?;
+    let runs = l.runs_of_job(job)?;
+    let events = l.events_of_job(job)?;
+    if contract.is_none() && runs.is_empty() {
+        return Err(anyhow!("the ledger has no job {job} (the plugins record jobs within one RecomputePeriod of submission)"));
+    }
+    println!("job {job}");
+    let leaf_path = contract.as_ref().and_then(|c| c.leaf.clone()).or_else(|| runs.iter().find_map(|r| r.leaf.clone()));
+    if let Some(c) = &contract {
+        let kind = if c.min_runtime > 0 { "allocated: charged to its budget and protected" } else { "unallocated: free, preemptible at any time" };
+        println!("  user {}, account {}, budget {}", c.user, c.account.as_deref().unwrap_or("-"), c.leaf.as_deref().unwrap_or("(outside the budget tree)"));
+        println!("  contract: min_runtime={} priority={} ({kind}); {}", format_duration(c.min_runtime), c.priority, if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" });
+        println!("  submitted {}", crate::format_time(c.submit_time));
+    }
+    for (i, r) in runs.iter().enumerate() {
+        let end = match r.run_end {
+            Some(e) => format!("to {} ({}), {}", crate::format_time(e), format_duration(e - r.run_start), r.end_reason.as_deref().unwrap_or("ended")),
+            None => "still running".to_owned(),
+        };
+        let charge = if r.allocated { "charged" } else { "not charged" };
+        println!("  run {}: {} GPUs from {} {end}; {charge}", i + 1, r.gpus, crate::format_time(r.run_start));
+    }
+    for e in &events {
+        println!("  {} {}: {}", crate::format_time(e.at), e.kind, e.detail);
+    }
+    let Some(path) = leaf_path else { return Ok(()) };
+    let Some(leaf) = tree.find(&path).and_then(|n| tree.node(n).leaf) else {
+        println!("  its budget {path} is no longer in the budget tree");
+        return Ok(());
+    };
+    let Some((ranking, at)) = last_ranking(&l, &tree)? else {
+        println!("  no usage recorded yet: every budget ranks as unused");
+        return Ok(());
+    };
+    println!(
+        "  queue position: allocated jobs first, then by budget (this one ranks {} of {} at {}), then declared priority, then submit time",
+        ranking.leaf_rank[leaf as usize] + 1,
+        ranking.leaves(),
+        crate::format_time(at)
+    );
+    println!("  why the budget ranks there, level by level (lower use of its share ranks higher):");
+    for node in ranking.levels_of(leaf) {
+        let s = ranking.standings[node as usize];
+        let n = tree.node(node);
+        println!(
+            "    {:<28} {} of {} among its siblings: used {} of {} GPU-hours owed in the window ({:.2} of its share)",
+            n.path,
+            s.sibling_rank + 1,
+            s.siblings,
+            hours(s.usage as f64),
+            hours(s.allocation),
+            s.ratio
+        );
+    }
+    Ok(())
+}
+
+fn print_table(rows: &[[String; 7]], right: &[usize]) {
+    let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].len()).max().unwrap_or(0)).collect();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| if right.contains(&c) { format!("{cell:>w$}", w = widths[c]) } else { format!("{cell:<w$}", w = widths[c]) })
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+}
