@@ -5,7 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use allot_ledger::Ledger;
+use common::fingerprint;
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/budgets.toml");
 
@@ -38,20 +41,6 @@ impl Scratch {
     }
 }
 
-/// Hashes of the ledger's data: the database file and its write-ahead log
-/// (absent and empty count the same: no frames). Reading a WAL database can
-/// create SQLite's empty side files, `-wal` and the `-shm` index, without
-/// changing a byte of data; a refused sync never writes either.
-fn fingerprint(ledger: &Path) -> (u64, u64) {
-    use std::hash::{Hash, Hasher};
-    let hash = |suffix: &str| {
-        let bytes = std::fs::read(format!("{}{suffix}", ledger.display())).unwrap_or_default();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        h.finish()
-    };
-    (hash(""), hash("-wal"))
-}
 
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))

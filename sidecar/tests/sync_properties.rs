@@ -4,7 +4,10 @@
 
 use allot_cli::identity::Actor;
 use allot_cli::sync::{sync_text, SyncError};
+use common::fingerprint;
 use proptest::prelude::*;
+
+mod common;
 
 const EXAMPLE: &str = include_str!("../../conf/budgets.toml");
 
@@ -55,17 +58,6 @@ fn arb_corruption() -> impl Strategy<Value = Corruption> {
     ]
 }
 
-/// Hashes of the database file and its write-ahead log (see tests/cli.rs).
-fn fingerprint(ledger: &std::path::Path) -> (u64, u64) {
-    use std::hash::{Hash, Hasher};
-    let hash = |suffix: &str| {
-        let bytes = std::fs::read(format!("{}{suffix}", ledger.display())).unwrap_or_default();
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        bytes.hash(&mut h);
-        h.finish()
-    };
-    (hash(""), hash("-wal"))
-}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]

@@ -144,17 +144,7 @@ impl Nodes {
 
     /// Nodes with exactly `free` free GPUs, lowest first.
     pub fn with_free(&self, free: u32) -> impl Iterator<Item = u32> + '_ {
-        self.buckets[free as usize].iter().enumerate().flat_map(|(w, &word)| {
-            let mut bits = word;
-            std::iter::from_fn(move || {
-                if bits == 0 {
-                    return None;
-                }
-                let b = bits.trailing_zeros();
-                bits &= bits - 1;
-                Some(w as u32 * 64 + b)
-            })
-        })
+        set_bits(&self.buckets[free as usize])
     }
 
     /// Whether some node has at least `gpus` free (`gpus` <= per node).
@@ -210,18 +200,23 @@ impl Buckets {
 
     /// Nodes whose value is `value`, lowest first.
     pub fn with_value(&self, value: u32) -> impl Iterator<Item = u32> + '_ {
-        self.sets[value as usize].iter().enumerate().flat_map(|(w, &word)| {
-            let mut bits = word;
-            std::iter::from_fn(move || {
-                if bits == 0 {
-                    return None;
-                }
-                let b = bits.trailing_zeros();
-                bits &= bits - 1;
-                Some(w as u32 * 64 + b)
-            })
-        })
+        set_bits(&self.sets[value as usize])
     }
+}
+
+/// Indices of the set bits of a bit set stored as 64-bit words, lowest first.
+fn set_bits(words: &[u64]) -> impl Iterator<Item = u32> + '_ {
+    words.iter().enumerate().flat_map(|(w, &word)| {
+        let mut bits = word;
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let b = bits.trailing_zeros();
+            bits &= bits - 1;
+            Some(w as u32 * 64 + b)
+        })
+    })
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ fn is_admin(uid: u32) -> bool {
 
 fn contract_refusal(e: ContractError) -> Refusal {
     let code = if e.token.to_ascii_lowercase().starts_with("min_runtime") { sys::ESLURM_INVALID_TIME_VALUE as i32 } else { sys::SLURM_ERROR };
-    Refusal { code, message: format!("allot: {e} (see the contract in the cluster's allot docs: min_runtime=<duration> priority=low|normal|high)") }
+    Refusal { code, message: format!("allot: {e} (contract: min_runtime=<duration> priority=low|normal|high)") }
 }
 
 fn leaf_refusal(e: LeafRefusal) -> Refusal {

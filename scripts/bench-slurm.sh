@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# What allot's plugins cost slurmctld, measured on the single-host test
+# cluster, in one run, against Slurm's own plugins (priority/basic, no
+# job_submit plugin, preempt/none: conf/slurm-stock.conf; priority/multifactor
+# cannot rank without slurmdbd, see the README):
+#
+#   1. sbatch throughput: 2,000 submissions from one shell loop, each an
+#      8-GPU job that must wait (the cluster is kept full);
+#   2. the main scheduler's mean cycle time (sdiag) with 5,000 jobs pending,
+#      over a quiet minute.
+#
+# Each configuration runs ROUNDS times (default 2), alternating, so that
+# machine noise falls on both. Prints the figures and the ratios
+# allot / stock (goals: throughput >= 0.9, cycle time <= 1.2).
+#
+# Usage: scripts/bench-slurm.sh [ROUNDS]     (as root; builds allot first)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+rounds=${1:-2}
+[[ $(id -u) -eq 0 ]] || { echo "bench: run as root" >&2; exit 1; }
+
+scripts/install-deps.sh >/dev/null
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+allot="$repo/target/release/allot"
+id benchuser >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin benchuser
+
+DIR=/tmp/allot-bench-slurm
+export ALLOT_PORT_BASE=17600 ALLOT_RECOMPUTE_PERIOD=30 ALLOT_GRACE_TIME=60
+SUBMISSIONS=2000
+PENDING=5000
+QUIET=60
+
+budget=$(mktemp)
+cat >"$budget" <<'EOF'
+[cluster]
+lookback = "7d"
+[budget]
+owners = ["root"]
+[budget.bench]
+share = 1
+accounts = ["bench"]
+members = ["benchuser"]
+[budget.other]
+share = 1
+accounts = ["other"]
+members = ["*"]
+EOF
+
+submit() { # count
+    local i
+    for ((i = 0; i < $1; i++)); do
+        runuser -u benchuser -- sbatch --parsable -o /dev/null -e /dev/null --account=bench \
+            --gres=gpu:8 --comment="min_runtime=1h" --wrap "sleep 3600" >/dev/null
+    done
+}
+
+measure() { # plugins -> prints "submissions_per_s main_mean_us main_max_us bf_mean_us"
+    local plugins=$1
+    scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
+    rm -rf "$DIR"; mkdir -p "$DIR/jobs"; chmod 755 "$DIR"; chmod 1777 "$DIR/jobs"
+    "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
+    scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
+    eval "$(scripts/cluster.sh env "$DIR")"
+    cd "$DIR/jobs"
+    submit 4                      # fill the 32 GPUs
+    sleep 5
+    local t0 t1
+    t0=$(date +%s.%N)
+    submit "$SUBMISSIONS"
+    t1=$(date +%s.%N)
+    submit $((PENDING - SUBMISSIONS))
+    sleep 5
+    sdiag -r >/dev/null
+    sleep "$QUIET"
+    local diag
+    diag=$(sdiag)
+    cd "$repo"
+    scripts/cluster.sh down "$DIR" >/dev/null
+    local main_mean main_max bf_mean
+    main_mean=$(awk '/^Main schedule statistics/ {m=1} m && /Mean cycle:/ {print $3; exit}' <<<"$diag")
+    main_max=$(awk '/^Main schedule statistics/ {m=1} m && /Max cycle:/ {print $3; exit}' <<<"$diag")
+    bf_mean=$(awk '/^Backfilling stats/ {m=1} m && /Mean cycle:/ {print $3; exit}' <<<"$diag")
+    awk -v n="$SUBMISSIONS" -v a="$t0" -v b="$t1" -v m="$main_mean" -v x="$main_max" -v f="$bf_mean" \
+        'BEGIN { printf "%.1f %s %s %s\n", n / (b - a), m, x, f }'
+}
+
+printf 'bench: %d rounds; %d timed submissions, then %d pending, %d s quiet\n' "$rounds" "$SUBMISSIONS" "$PENDING" "$QUIET"
+results=$(mktemp)
+for ((r = 1; r <= rounds; r++)); do
+    for plugins in stock allot; do
+        line=$(measure "$plugins")
+        printf 'bench: round %d %-5s  %s\n' "$r" "$plugins" "$line"
+        echo "$plugins $line" >>"$results"
+    done
+done
+
+echo
+awk '
+{ n[$1]++; s[$1] += $2; m[$1] += $3; x[$1] += $4; b[$1] += $5 }
+END {
+    printf "%-6s %16s %18s %17s %18s\n", "", "sbatch/s", "main mean (us)", "main max (us)", "backfill mean (us)"
+    for (k in n) printf "%-6s %16.1f %18.0f %17.0f %18.0f\n", k, s[k]/n[k], m[k]/n[k], x[k]/n[k], b[k]/n[k]
+    tr = (s["allot"]/n["allot"]) / (s["stock"]/n["stock"])
+    cr = (m["allot"]/n["allot"]) / (m["stock"]/n["stock"])
+    printf "\nallot / stock: throughput %.2f (goal >= 0.9), main cycle %.2f (goal <= 1.2)\n", tr, cr
+}' "$results"
+rm -f "$results" "$budget"
