@@ -37,7 +37,7 @@ struct Case {
 fn philly() -> Option<Workload> {
     let path = std::env::var_os("ALLOT_PHILLY_TRACE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/philly-2017-09.csv"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/philly-2017-09.csv"));
     let file = std::fs::File::open(&path).ok()?;
     Workload::from_csv(file, false).ok()
 }
@@ -63,7 +63,7 @@ fn main() {
                 runs: 5,
             });
         }
-        None => eprintln!("(the Philly trace is not at ../shared/traces/philly-2017-09.csv: its cases are skipped; set ALLOT_PHILLY_TRACE)"),
+        None => eprintln!("(the Philly trace is not at sim/data/philly-2017-09.csv: its cases are skipped; set ALLOT_PHILLY_TRACE)"),
     }
     if !quick {
         let long = scenario(&ScenarioParams { days: 215.0, ..ScenarioParams::default() });

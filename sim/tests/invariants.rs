@@ -46,7 +46,7 @@ fn generated_workloads_keep_every_invariant_under_both_policies() {
 fn philly() -> Workload {
     let path = std::env::var_os("ALLOT_PHILLY_TRACE")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces/philly-2017-09.csv"));
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/philly-2017-09.csv"));
     let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("the Philly trace is needed at {} (or set ALLOT_PHILLY_TRACE): {e}", path.display()));
     Workload::from_csv(file, false).unwrap()
 }
