@@ -32,6 +32,9 @@
 #   ALLOT_UP_TIMEOUT  seconds `up` waits for four idle nodes (default 30).
 #   ALLOT_RECOMPUTE_PERIOD, ALLOT_GRACE_TIME  written into DIR/etc/allot.conf
 #                     (defaults 2 and 5 seconds: test speed).
+#   ALLOT_SHIPPED_SCHEDULING=1  keep the snippet's scheduler settings as
+#                     shipped (no test-speed sched_interval/bf_interval): for
+#                     benchmarks.
 #   CARGO_TARGET_DIR  where --plugins allot finds the built plugins.
 #
 # Needs root (SlurmUser=root, mknod) and scripts/install-deps.sh's packages.
@@ -351,6 +354,8 @@ cmd_up() {
     [[ -f $snippet ]] || die "$snippet missing"
     sched=$(sed -n 's/^SchedulerParameters=//p' "$snippet" | tail -n 1)
     [[ -n $sched ]] || die "$snippet has no SchedulerParameters line"
+    local test_speed="sched_interval=2,bf_interval=2,"
+    [[ ${ALLOT_SHIPPED_SCHEDULING:-0} == 1 ]] && test_speed=""
     {
         echo "# Copied from conf/slurm-$plugins.conf by scripts/cluster.sh; SchedulerParameters"
         echo "# is merged into slurm.conf's own line there."
@@ -359,7 +364,7 @@ cmd_up() {
     render "$repo_root/conf/cluster/slurm.conf.in" "$CONF" \
         "DIR=$DIR" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
         "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" \
-        "SCHEDULER_PARAMETERS=$sched"
+        "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
     set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"

@@ -10,9 +10,10 @@
 //!   unallocated and lowest-ranked jobs are offered first; grace from
 //!   allot.conf's GraceTime, else the budget file's `grace`.
 //!
-//! `preempt_p_preemptable` runs for every job on every scheduling pass, so it
-//! returns at once for jobs that are not running, and otherwise does a few
-//! lookups on an in-memory snapshot: no I/O, no locks.
+//! `preempt_p_preemptable` runs for every job on every scheduling pass: jobs
+//! that are not running are answered by the export layer with one field
+//! read; running ones take a few lookups on an in-memory snapshot: no I/O,
+//! no locks.
 
 use allot::order::PRIORITY_BOTTOM;
 use allot::preempt::{may_preempt, preemption_order};
@@ -48,9 +49,7 @@ impl Plugin for PreemptAllot {
 
 impl PreemptPlugin for PreemptAllot {
     fn preemptable(&self, preemptee: Job<'_>, preemptor: Job<'_>) -> bool {
-        if !preemptee.is_running() {
-            return false;
-        }
+        // (Only running preemptees get here: the export layer answers the rest.)
         let Some(s) = self.follower.as_ref().and_then(|f| f.load()) else { return false };
         let running = running_job(&preemptee, &s.tree, s.rules);
         let waiting = waiting_job(&preemptor, &s.tree, s.rules);

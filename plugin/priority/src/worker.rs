@@ -113,6 +113,7 @@ pub struct Worker {
     requeued_after_grace: HashSet<(u32, i64)>,
     pending_contracts: Vec<ContractRow>,
     pending_events: Vec<EventRow>,
+    names: UserNames,
 }
 
 fn inode(path: &std::path::Path) -> Option<u64> {
@@ -120,8 +121,18 @@ fn inode(path: &std::path::Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
-fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string())
+/// User names by uid: the worker names every job's user while holding
+/// slurmctld's job lock, where a name-service lookup per job would be slow.
+#[derive(Default)]
+struct UserNames(HashMap<u32, String>);
+
+impl UserNames {
+    fn of(&mut self, uid: u32) -> String {
+        self.0
+            .entry(uid)
+            .or_insert_with(|| nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string()))
+            .clone()
+    }
 }
 
 impl Worker {
@@ -142,6 +153,7 @@ impl Worker {
             requeued_after_grace: HashSet::new(),
             pending_contracts: Vec::new(),
             pending_events: Vec::new(),
+            names: UserNames::default(),
         }
     }
 
@@ -258,7 +270,7 @@ impl Worker {
                 let contract = contract_of(&j, rules);
                 self.pending_contracts.push(ContractRow {
                     job_id: id,
-                    user: user_name(j.user_id()),
+                    user: self.names.of(j.user_id()),
                     account: j.account().map(str::to_owned),
                     leaf: leaf_of(&j, tree).map(|l| tree.leaf_node(l).path.clone()),
                     min_runtime: contract.min_runtime,
@@ -279,7 +291,7 @@ impl Worker {
                         leaf: run.leaf.map(|l| Arc::from(tree.leaf_node(l).path.as_str())),
                         allocated: run.is_allocated(),
                         account: j.account().map(str::to_owned),
-                        user: Some(user_name(j.user_id())),
+                        user: Some(self.names.of(j.user_id())),
                     });
                     if j.preempt_time() != 0 {
                         preempting.push((id, j.preempt_time(), format!("after {} s of its run", j.preempt_time() - j.start_time())));

@@ -183,14 +183,25 @@ pub fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::jo
 }
 
 /// Body of `preempt_p_preemptable` (Slurm passes the preemptee first).
+///
+/// Slurm asks this of every job in its job list, pending and finished ones
+/// included, for every pending job the schedulers test: millions of calls
+/// per backfill cycle under the job lock. Only a running job can be
+/// preempted, so that one field read answers almost every call, before the
+/// instance, the guard or the policy are touched.
 pub fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *mut sys::job_record_t, preemptor: *mut sys::job_record_t) -> bool {
+    // SAFETY: slurmctld passes two job records from job_list and holds its
+    // job lock while the scheduler calls us.
+    let (Some(preemptee), Some(preemptor)) = (unsafe { Job::from_ptr(preemptee) }, unsafe { Job::from_ptr(preemptor) }) else {
+        return false;
+    };
+    if !preemptee.is_running() {
+        return false;
+    }
     guard("preempt_p_preemptable", false, || {
-        let Some(p) = instance.load_full() else { return false };
-        // SAFETY: slurmctld passes two job records from job_list and holds
-        // its job lock while the scheduler calls us.
-        let (Some(preemptee), Some(preemptor)) = (unsafe { Job::from_ptr(preemptee) }, unsafe { Job::from_ptr(preemptor) }) else {
-            return false;
-        };
+        // A guard load takes no reference count, unlike load_full.
+        let loaded = instance.load();
+        let Some(p) = loaded.as_deref() else { return false };
         p.preemptable(preemptee, preemptor)
     })
 }
