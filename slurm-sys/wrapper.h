@@ -43,3 +43,7 @@ extern char *slurm_xstrdup(const char *str);
 
 /* bit_test() is spelled slurm_bit_test in libslurmfull (slurm_xlator.h). */
 extern int slurm_bit_test(bitstr_t *b, bitoff_t bit);
+
+/* The destructor of priority_factors_object_t lists (sprio's data), from
+ * src/common/slurm_protocol_defs.h, which this file does not include. */
+extern void slurm_destroy_priority_factors_object(void *object);

@@ -88,4 +88,12 @@ impl PriorityPlugin for PriorityAllot {
     fn reconfig(&self) {
         self.signal.wake();
     }
+
+    fn fairshare_factor(&self, job: allot_slurm::job::Job<'_>) -> Option<f64> {
+        let order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let (Some(tree), Some(ranking)) = (&order.tree, &order.ranking) else { return None };
+        let leaf = allot_slurm::policy::leaf_of(&job, tree)?;
+        let ratio = ranking.standings[ranking.node_of(leaf) as usize].ratio;
+        Some(2f64.powf(-ratio))
+    }
 }

@@ -138,7 +138,7 @@ mod tests {
         let conf = AllotConf::parse(text, Path::new("allot.conf")).unwrap();
         assert_eq!(conf.ledger_path, PathBuf::from("/var/lib/allot/ledger.db"));
         assert_eq!(conf.recompute_period, Duration::from_secs(30));
-        assert_eq!(conf.grace_time, Some(60));
+        assert_eq!(conf.grace_time, Some(30));
         assert!(conf.refuse_unknown_accounts);
     }
 

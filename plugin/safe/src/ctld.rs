@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use slurm_sys as sys;
 
-use crate::job::JobMut;
+use crate::job::{Job, JobMut};
 use crate::strings::borrowed_str;
 
 type LockFn = unsafe extern "C" fn(sys::slurmctld_lock_t);
@@ -109,6 +109,36 @@ impl Slurmctld {
         let _unlock = Unlock(self, locks);
         let mut locked = Locked { ctld: self };
         f(&mut locked)
+    }
+
+    /// Calls `f` on every job, holding slurmctld's job and partition read
+    /// locks: for reports, which change nothing.
+    pub fn for_each_job_read(&self, mut f: impl FnMut(Job<'_>)) {
+        let locks = sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::READ_LOCK, node: sys::NO_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK };
+        struct Unlock<'a>(&'a Slurmctld, sys::slurmctld_lock_t);
+        impl Drop for Unlock<'_> {
+            fn drop(&mut self) {
+                // SAFETY: releases exactly the locks taken below.
+                unsafe { (self.0.unlock)(self.1) };
+            }
+        }
+        // SAFETY: lock_slurmctld blocks until the locks are granted.
+        unsafe { (self.lock)(locks) };
+        let _unlock = Unlock(self, locks);
+        // SAFETY: the job read lock is held for the whole walk.
+        unsafe {
+            let list = *self.job_list;
+            if list.is_null() {
+                return;
+            }
+            let it = sys::list_iterator_create(list);
+            loop {
+                let item = sys::list_next(it) as *const sys::job_record_t;
+                let Some(job) = Job::from_ptr(item) else { break };
+                f(job);
+            }
+            sys::list_iterator_destroy(it);
+        }
     }
 
     /// Asks the main scheduler to run soon (after priorities changed).

@@ -35,6 +35,10 @@ pub trait PriorityPlugin: Plugin {
     fn set_priority(&self, last_prio: u32, job: JobMut<'_>) -> u32;
     /// `scontrol reconfigure`.
     fn reconfig(&self) {}
+    /// The fair-share factor of a pending job's budget, in [0, 1], for sprio.
+    fn fairshare_factor(&self, _job: Job<'_>) -> Option<f64> {
+        None
+    }
 }
 
 /// A refusal of a submission or update, as the user will see it.
@@ -137,12 +141,69 @@ pub fn priority_reconfig<P: PriorityPlugin>(instance: &Instance<P>) {
     })
 }
 
-/// Body of `priority_p_get_priority_factors_list`: an empty list (sprio
-/// then shows no Slurm factors; `allot why` explains allot's order).
-pub fn priority_factors_list() -> sys::List {
-    // SAFETY: list_create(NULL) makes an empty list that slurmctld owns and
-    // frees; with no items, no destructor is needed.
-    guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || unsafe { sys::list_create(None) })
+/// Reads a Slurm list of `uint32_t *` (job ids, uids) from an sprio request.
+///
+/// # Safety
+/// `list` must be NULL or a valid Slurm list of pointers to `u32`.
+unsafe fn u32_list(list: sys::List) -> Option<Vec<u32>> {
+    if list.is_null() {
+        return None;
+    }
+    let mut out = Vec::new();
+    // SAFETY: as the caller guarantees; the request outlives this call.
+    unsafe {
+        let it = sys::list_iterator_create(list);
+        loop {
+            let item = sys::list_next(it) as *const u32;
+            let Some(v) = item.as_ref() else { break };
+            out.push(*v);
+        }
+        sys::list_iterator_destroy(it);
+    }
+    Some(out)
+}
+
+/// Body of `priority_p_get_priority_factors_list`: what sprio shows. Each
+/// pending job gets its priority (PRIORITY) and its budget's fair-share
+/// factor in thousandths (FAIRSHARE: 1000 x 2^(-usage/share), Slurm's
+/// classic factor computed from allot's window). `allot why` explains more.
+pub fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::List {
+    guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
+        // SAFETY: list_create makes a list slurmctld will pack and free with
+        // the destructor Slurm defines for these objects.
+        let list = unsafe { sys::list_create(Some(sys::slurm_destroy_priority_factors_object)) };
+        let (Some(p), Some(ctld)) = (instance.load_full(), crate::ctld::Slurmctld::get()) else { return list };
+        // SAFETY: slurmctld passes the decoded request, valid for the call.
+        let (job_ids, uids) = match unsafe { req.as_ref() } {
+            Some(r) => unsafe { (u32_list(r.job_id_list), u32_list(r.uid_list)) },
+            None => (None, None),
+        };
+        ctld.for_each_job_read(|job| {
+            if !job.is_pending() || job.priority() == 0 {
+                return; // only waiting jobs; 0 means held
+            }
+            if job_ids.as_ref().is_some_and(|ids| !ids.contains(&job.id())) || uids.as_ref().is_some_and(|u| !u.contains(&job.user_id())) {
+                return;
+            }
+            let fairshare = p.fairshare_factor(job).unwrap_or(0.0);
+            // SAFETY: slurm_xcalloc returns zeroed memory of the object's
+            // size (it aborts rather than fail); the list then owns it.
+            unsafe {
+                let obj = sys::slurm_xcalloc(1, std::mem::size_of::<sys::priority_factors_object_t>(), true, false, c"allot".as_ptr(), 0, c"factors".as_ptr())
+                    as *mut sys::priority_factors_object_t;
+                let o = &mut *obj;
+                o.job_id = job.id();
+                o.user_id = job.user_id();
+                o.partition = job.partition_name_raw();
+                o.direct_prio = job.priority() as f64;
+                o.priority_fs = (fairshare * 1000.0).round();
+                o.priority_site = sys::NICE_OFFSET;
+                o.nice = sys::NICE_OFFSET;
+                sys::list_append(list, obj as *mut c_void);
+            }
+        });
+        list
+    })
 }
 
 /// Body of `job_submit`.
@@ -276,10 +337,10 @@ macro_rules! slurm_plugin {
         pub extern "C" fn priority_p_set_assoc_usage(_assoc: *mut $crate::sys::slurmdb_assoc_rec_t) {}
         #[no_mangle]
         pub extern "C" fn priority_p_get_priority_factors_list(
-            _req: *mut $crate::sys::priority_factors_request_msg_t,
+            req: *mut $crate::sys::priority_factors_request_msg_t,
             _uid: $crate::libc::uid_t,
         ) -> $crate::sys::List {
-            $crate::export::priority_factors_list()
+            $crate::export::priority_factors_list(&INSTANCE, req)
         }
         /// Never called without slurmdbd; usage is measured by the plugin.
         #[no_mangle]

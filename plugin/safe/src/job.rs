@@ -144,6 +144,14 @@ impl<'a> Job<'a> {
         total.min(u32::MAX as u64) as u32
     }
 
+    /// The job's partition name as Slurm stores it (for reports handed back to
+    /// Slurm, which borrow it as priority/multifactor does), or NULL.
+    pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
+        // SAFETY: part_ptr is NULL or the job's partition record, which lives
+        // at least as long as the job record.
+        unsafe { self.raw.part_ptr.as_ref() }.map_or(std::ptr::null_mut(), |p| p.name)
+    }
+
     /// Whether the job holds node number `index` (of slurmctld's node table).
     pub fn holds_node(&self, index: usize) -> bool {
         let bitmap = self.raw.node_bitmap;

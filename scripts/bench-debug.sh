@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# Do short debug jobs start within a minute on a busy cluster? Measured on
+# the single-host test cluster (4 nodes x 8 GPUs), in one run, for allot and
+# for Slurm's own plugins (priority/basic, preempt/none), same workload,
+# both with the shipped settings (conf/slurm-*.conf, conf/allot.conf):
+#
+#   1. the 32 GPUs are filled with allocated training jobs from several
+#      teams, some already past their minimum runtime, some inside it, and
+#      two unallocated (min_runtime=0) 1-GPU jobs beside a 6-GPU job (GPUs no
+#      8-GPU job can use);
+#   2. 5,000 pending 8-GPU training jobs from those teams;
+#   3. 20 debug jobs (1-2 GPUs, --time=10, min_runtime=10m, priority=high
+#      within their team), one every INTERVAL seconds, alternating between
+#      teams under their share (robotics, speech) and over it (vision,
+#      language: the ledger holds their heavy use of the last days);
+#   4. prints each debug job's wait (submission to start), p50/p90 per
+#      group, and the training jobs' preemptions during the debug phase.
+#
+# No --priority=TOP and no admin action. Usage: scripts/bench-debug.sh
+# [INTERVAL] [WAIT]   (defaults 15 s between debug jobs; each may wait up to
+# 180 s before it counts as not started). As root. BENCH_CONFIGS="allot"
+# runs one configuration only.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+repo=$(pwd)
+interval=${1:-15}
+max_wait=${2:-180}
+[[ $(id -u) -eq 0 ]] || { echo "bench-debug: run as root" >&2; exit 1; }
+
+scripts/install-deps.sh >/dev/null
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+allot="$repo/target/release/allot"
+for u in vic lana rob sue; do id "$u" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$u"; done
+
+DIR=/tmp/allot-bench-debug
+export ALLOT_PORT_BASE=17800 ALLOT_SHIPPED_SCHEDULING=1
+ALLOT_RECOMPUTE_PERIOD=$(sed -n 's/^RecomputePeriod=//p' conf/allot.conf)
+ALLOT_GRACE_TIME=$(sed -n 's/^GraceTime=//p' conf/allot.conf)
+export ALLOT_RECOMPUTE_PERIOD ALLOT_GRACE_TIME
+PENDING=5000
+
+budget=$(mktemp)
+cat >"$budget" <<'EOF'
+[cluster]
+lookback = "7d"
+min_runtime_cap = "8h"
+[budget]
+owners = ["root"]
+[budget.lab]
+share = 1
+[budget.lab.vision]
+share = 1
+accounts = ["vision"]
+members = ["vic"]
+[budget.lab.language]
+share = 1
+accounts = ["language"]
+members = ["lana"]
+[budget.lab.robotics]
+share = 1
+accounts = ["robotics"]
+members = ["rob"]
+[budget.lab.speech]
+share = 1
+accounts = ["speech"]
+members = ["sue"]
+EOF
+
+# Vision and language used 16 GPUs each for the last six days: 1.7 times
+# their quarter of 32 GPUs over the 7-day window. Robotics and speech used
+# nothing.
+plant_history() {
+    python3 - "$1" <<'EOF'
+import sqlite3, sys, time
+db = sqlite3.connect(sys.argv[1])
+now = int(time.time())
+for i, leaf in enumerate(["lab/vision", "lab/language"]):
+    for k in range(2):
+        db.execute("INSERT INTO runs (job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason) "
+                   "VALUES (?, ?, ?, ?, ?, ?, 8, 1, 'finished')",
+                   (900000 + 10 * i + k, now - 6 * 86400, now - 600, leaf, leaf.split("/")[1], "history"))
+db.commit()
+EOF
+}
+
+sb() { # user args... -> job id
+    local user=$1; shift
+    runuser -u "$user" -- sbatch --parsable -o /dev/null -e /dev/null "$@"
+}
+
+run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on stderr
+    local plugins=$1
+    scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
+    rm -rf "$DIR"; mkdir -p "$DIR/jobs"; chmod 755 "$DIR"; chmod 1777 "$DIR/jobs"
+    "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
+    plant_history "$DIR/ledger.db"
+    scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
+    eval "$(scripts/cluster.sh env "$DIR")"
+    cd "$DIR/jobs"
+
+    # 1. Fill the cluster: whole-node training jobs protected for 1 minute
+    # (past it soon) or 8 hours, and on n4 a 6-GPU protected job beside two
+    # unallocated 1-GPU jobs: GPUs that no 8-GPU job can use.
+    sb vic  --account=vision   -w n1 --gres=gpu:8 --comment="min_runtime=1m" --wrap "sleep 7200" >/dev/null
+    sb lana --account=language -w n2 --gres=gpu:8 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
+    sb rob  --account=robotics -w n3 --gres=gpu:8 --comment="min_runtime=1m" --wrap "sleep 7200" >/dev/null
+    sb lana --account=language -w n4 --gres=gpu:6 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
+    sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
+    sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
+    local t
+    for t in $(seq 1 30); do
+        [[ $(squeue -h -t R | wc -l) -eq 6 ]] && break
+        sleep 1
+    done
+    echo "bench-debug: $plugins: cluster full; queueing $PENDING training jobs" >&2
+    # 2. The backlog, as root on the users' accounts (fast; job_submit checks them all).
+    local users=(vic lana rob) accounts=(vision language robotics) i
+    for ((i = 0; i < PENDING; i++)); do
+        sbatch --parsable -o /dev/null -e /dev/null --uid="${users[i % 3]}" --account="${accounts[i % 3]}" \
+            --gres=gpu:8 --comment="min_runtime=1h" --wrap "sleep 3600" >/dev/null
+    done
+    sleep 70 # the 1-minute protections end; the plugins see the backlog
+    show() { [[ ${BENCH_VERBOSE:-0} == 1 ]] && { echo "bench-debug: $plugins: $1" >&2; squeue -t R -o '    %.5i %.5u %.9a %.6b %.8M %k' >&2; }; return 0; }
+    show "running before the debug jobs"
+    local restarts_before
+    restarts_before=$(scontrol show job -o | grep -c 'Restarts=[1-9]' || true)
+
+    # 3. Debug jobs, alternating under-served and over-served teams.
+    local debug_users=(rob vic sue lana) debug_accounts=(robotics vision speech language)
+    local ids=() groups=() k user
+    for ((k = 0; k < 20; k++)); do
+        user=${debug_users[k % 4]}
+        local gpus=$((1 + k % 2))
+        ids+=("$(sb "$user" --account="${debug_accounts[k % 4]}" --gres="gpu:$gpus" --time=10 \
+            --comment="debug min_runtime=10m priority=high" --wrap "sleep 60")")
+        case $user in rob | sue) groups+=(under) ;; *) groups+=(over) ;; esac
+        sleep "$interval"
+    done
+    show "running after the last debug job was submitted"
+    # 4. Let the last ones have their chance, then read the starts.
+    sleep "$max_wait"
+    local restarts_after
+    restarts_after=$(scontrol show job -o | grep -c 'Restarts=[1-9]' || true)
+    for ((k = 0; k < 20; k++)); do
+        local line submit start
+        line=$(scontrol show job -o "${ids[k]}")
+        submit=$(grep -o 'SubmitTime=[^ ]*' <<<"$line" | cut -d= -f2)
+        start=$(grep -o 'StartTime=[^ ]*' <<<"$line" | cut -d= -f2)
+        local state
+        state=$(grep -o 'JobState=[^ ]*' <<<"$line" | cut -d= -f2)
+        if [[ $state == PENDING || $start == Unknown ]]; then
+            echo "${groups[k]} ${ids[k]} none"
+        else
+            echo "${groups[k]} ${ids[k]} $(( $(date -d "$start" +%s) - $(date -d "$submit" +%s) ))"
+        fi
+    done
+    echo "preemptions $((restarts_after - restarts_before))"
+    cd "$repo"
+    scripts/cluster.sh down "$DIR" >/dev/null
+}
+
+printf 'bench-debug: shipped settings: GraceTime=%s s, RecomputePeriod=%s s; %s\n' "$ALLOT_GRACE_TIME" "$ALLOT_RECOMPUTE_PERIOD" \
+    "$(sed -n 's/^SchedulerParameters=//p' conf/slurm-allot.conf)"
+for plugins in ${BENCH_CONFIGS:-allot stock}; do
+    out=$(run_config "$plugins")
+    echo "== $plugins"
+    awk -v cfg="$plugins" -v limit="$max_wait" '
+        $1 == "preemptions" { pre = $2; next }
+        { n[$1]++; if ($3 == "none") { none[$1]++ } else { w[$1, ++s[$1]] = $3 } ; printf "  %-5s debug job %-5s wait %s\n", $1, $2, ($3 == "none" ? "did not start within " limit " s" : $3 " s") }
+        END {
+            for (g in n) {
+                m = s[g]
+                for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (w[g, j] < w[g, i]) { t = w[g, i]; w[g, i] = w[g, j]; w[g, j] = t }
+                # Jobs that never started count as the longest waits.
+                p50 = int((n[g] + 1) / 2); p90 = int(n[g] * 0.9 + 0.999)
+                printf "  %s-served teams: %d debug jobs, %d started; p50 %s, p90 %s\n", g, n[g], m,
+                    (p50 <= m ? w[g, p50] " s" : "> " limit " s"), (p90 <= m ? w[g, p90] " s" : "> " limit " s")
+            }
+            printf "  training jobs preempted during the debug phase: %d\n", pre
+        }' <<<"$out"
+done
+rm -f "$budget"
