@@ -6,9 +6,7 @@
 //! Tests run one cluster at a time (they share the machine's two cores and
 //! their timings matter): [`TestCluster::start`] takes a process-wide lock.
 
-#![allow(dead_code)]
-
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -298,9 +296,4 @@ pub fn secs(s: u64) -> Duration {
 /// Seconds since the epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64
-}
-
-/// A path under the cluster's directory, as a string.
-pub fn path_str(p: &Path) -> String {
-    p.display().to_string()
 }
