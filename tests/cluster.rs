@@ -141,6 +141,25 @@ fn t2_the_under_served_team_gets_higher_priority_and_starts_first() {
     // Within a team, first come first served, and no ties.
     let pa: Vec<u32> = a.iter().map(|&j| c.job(j).priority()).collect();
     assert!(pa.windows(2).all(|w| w[0] > w[1]), "{pa:?}");
+    // sprio shows the same priorities, and each budget's fair-share factor
+    // (1000 x 2^-(usage/share)): team A at twice its share, team B unused.
+    let out = c.slurm(None, "sprio", &["-h", "-o", "%i %Y %F"]);
+    let rows: Vec<(u32, u32, u32)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<u32> = l.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+            (f.len() == 3).then(|| (f[0], f[1], f[2]))
+        })
+        .collect();
+    assert_eq!(rows.len(), 6, "sprio: {}", text(&out));
+    for (id, prio, fairshare) in rows {
+        assert_eq!(prio, c.job(id).priority(), "sprio's priority of job {id}");
+        if a.contains(&id) {
+            assert!((200..=300).contains(&fairshare), "team A's factor: {fairshare}");
+        } else {
+            assert_eq!(fairshare, 1000, "team B's factor");
+        }
+    }
     // Free the cluster: B's three jobs and one of A's start.
     for blocker in &blockers {
         c.slurm(None, "scancel", &[&blocker.to_string()]);
