@@ -56,9 +56,9 @@ pub fn parse_duration(text: &str) -> Result<Seconds, DurationError> {
         };
     }
     let secs = if s.contains(':') || s.contains('-') {
-        parse_clock(s).map_err(|r| fail(r))?
+        parse_clock(s).map_err(fail)?
     } else {
-        parse_units(s).map_err(|r| fail(r))?
+        parse_units(s).map_err(fail)?
     };
     if secs > MAX_DURATION {
         return Err(fail("it is longer than ten years"));

@@ -132,9 +132,9 @@ impl Ledger {
         })
     }
 
-    /// Node rows of one version: (path, share, effective share, is_leaf), in
-    /// path order. For reports in SQL's terms and for consistency checks.
-    pub fn budget_nodes(&self, version: i64) -> Result<Vec<(String, f64, f64, bool)>> {
+    /// Node rows of one version, in path order. For reports in SQL's terms
+    /// and for consistency checks.
+    pub fn budget_nodes(&self, version: i64) -> Result<Vec<NodeRow>> {
         self.read(|c| {
             let mut stmt = c.prepare("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ?1 ORDER BY path")?;
             let rows = stmt.query_map([version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
@@ -143,7 +143,7 @@ impl Ledger {
     }
 
     /// The newest version and its node rows, read as one snapshot.
-    pub fn current_budget_with_nodes(&self) -> Result<Option<(BudgetVersion, Vec<(String, f64, f64, bool)>)>> {
+    pub fn current_budget_with_nodes(&self) -> Result<Option<(BudgetVersion, Vec<NodeRow>)>> {
         self.read(|c| {
             let Some(v) = c
                 .query_row(
@@ -161,6 +161,9 @@ impl Ledger {
         })
     }
 }
+
+/// One node of a budget version: (path, share, effective share, is_leaf).
+pub type NodeRow = (String, f64, f64, bool);
 
 fn row_to_version(r: &rusqlite::Row<'_>) -> rusqlite::Result<BudgetVersion> {
     Ok(BudgetVersion { version: r.get(0)?, synced_at: r.get(1)?, author: r.get(2)?, source: r.get(3)?, toml: r.get(4)?, changes: r.get(5)? })

@@ -76,8 +76,7 @@ fn main() -> ExitCode {
 /// SIGPIPE by default; put back the default action.
 fn restore_default_sigpipe() {
     use nix::sys::signal::{signal, SigHandler, Signal};
-    // SAFETY: called first thing in main, before any other thread exists, and
-    // SIG_DFL installs no Rust code as a handler.
+    // SAFETY: called first thing in main, before any other thread exists, and SIG_DFL installs no Rust code as a handler.
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 

@@ -213,7 +213,9 @@ impl Worker {
             self.tree_version = Some(tree_key);
         } else if self.tree_version != Some(tree_key) {
             log::info!("budget version {version} loaded: {} leaves", tree.leaves.len());
-            self.book.as_mut().expect("set").remap(&tree);
+            if let Some(book) = self.book.as_mut() {
+                book.remap(&tree);
+            }
             self.tree_version = Some(tree_key);
         }
 

@@ -44,8 +44,7 @@ unsafe impl Send for Slurmctld {}
 unsafe impl Sync for Slurmctld {}
 
 fn symbol(name: &CStr) -> Option<*mut c_void> {
-    // SAFETY: dlsym with RTLD_DEFAULT searches the global scope; the name is
-    // a valid C string. A missing symbol gives NULL.
+    // SAFETY: dlsym with RTLD_DEFAULT searches the global scope; the name is a valid C string. A missing symbol gives NULL.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
     (!p.is_null()).then_some(p)
 }
@@ -71,9 +70,7 @@ impl Slurmctld {
                     last_job_update: symbol(c"last_job_update")? as *mut libc::time_t,
                     node_table: symbol(c"node_record_table_ptr")? as *mut *mut *mut sys::node_record_t,
                     node_count: symbol(c"node_record_count")? as *mut c_int,
-                    // SAFETY: each is the address of the slurmctld function of
-                    // that name, whose C signature the type spells out (as in
-                    // the bindings generated from the same headers).
+                    // SAFETY: each is the address of the slurmctld function of that name, whose C signature the type spells out (as in the bindings generated from the same headers).
                     lock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(symbol(c"lock_slurmctld")?) },
                     // SAFETY: as above.
                     unlock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(symbol(c"unlock_slurmctld")?) },
@@ -95,36 +92,23 @@ impl Slurmctld {
     /// read locks: what a plugin thread needs to walk jobs, set their
     /// priorities and requeue them (priority/multifactor takes the same).
     pub fn locked<R>(&self, f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
-        let locks = sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::READ_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK };
-        // Unlock even if `f` panics: a lock left held would freeze slurmctld.
-        struct Unlock<'a>(&'a Slurmctld, sys::slurmctld_lock_t);
-        impl Drop for Unlock<'_> {
-            fn drop(&mut self) {
-                // SAFETY: releases exactly the locks taken below.
-                unsafe { (self.0.unlock)(self.1) };
-            }
-        }
-        // SAFETY: lock_slurmctld blocks until the locks are granted.
-        unsafe { (self.lock)(locks) };
-        let _unlock = Unlock(self, locks);
+        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::READ_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
         let mut locked = Locked { ctld: self };
         f(&mut locked)
+    }
+
+    /// Takes slurmctld's `locks` until the returned value drops, even if the
+    /// caller panics meanwhile: a lock left held would freeze slurmctld.
+    fn hold(&self, locks: sys::slurmctld_lock_t) -> Held<'_> {
+        // SAFETY: lock_slurmctld blocks until the locks are granted; Held releases exactly these.
+        unsafe { (self.lock)(locks) };
+        Held { ctld: self, locks }
     }
 
     /// Calls `f` on every job, holding slurmctld's job and partition read
     /// locks: for reports, which change nothing.
     pub fn for_each_job_read(&self, mut f: impl FnMut(Job<'_>)) {
-        let locks = sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::READ_LOCK, node: sys::NO_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK };
-        struct Unlock<'a>(&'a Slurmctld, sys::slurmctld_lock_t);
-        impl Drop for Unlock<'_> {
-            fn drop(&mut self) {
-                // SAFETY: releases exactly the locks taken below.
-                unsafe { (self.0.unlock)(self.1) };
-            }
-        }
-        // SAFETY: lock_slurmctld blocks until the locks are granted.
-        unsafe { (self.lock)(locks) };
-        let _unlock = Unlock(self, locks);
+        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::READ_LOCK, node: sys::NO_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
         // SAFETY: the job read lock is held for the whole walk.
         unsafe {
             let list = *self.job_list;
@@ -148,6 +132,19 @@ impl Slurmctld {
     }
 }
 
+/// slurmctld's locks, held until dropped (see [`Slurmctld::hold`]).
+struct Held<'a> {
+    ctld: &'a Slurmctld,
+    locks: sys::slurmctld_lock_t,
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // SAFETY: releases exactly the locks `hold` took.
+        unsafe { (self.ctld.unlock)(self.locks) };
+    }
+}
+
 /// A node's name, configured GPUs and whether it is draining.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
@@ -168,7 +165,7 @@ pub fn gpus_in_gres(gres: &str) -> u32 {
             if name != "gpu" {
                 return None;
             }
-            parts.last()?.parse::<u32>().ok()
+            parts.next_back()?.parse::<u32>().ok()
         })
         .sum()
 }
@@ -181,8 +178,7 @@ pub struct Locked<'a> {
 impl Locked<'_> {
     /// Calls `f` on every job record.
     pub fn for_each_job(&mut self, mut f: impl FnMut(&mut JobMut<'_>)) {
-        // SAFETY: the job write lock is held for the whole walk, which is
-        // the rule for reading and updating job_list and its records.
+        // SAFETY: the job write lock is held for the whole walk, which is the rule for reading and updating job_list and its records.
         unsafe {
             let list = *self.ctld.job_list;
             if list.is_null() {
@@ -207,8 +203,7 @@ impl Locked<'_> {
     /// Requeues a running or just-finished batch job, as `scontrol requeue`
     /// would as the Slurm user.
     pub fn requeue(&mut self, job: u32) -> Result<(), String> {
-        // SAFETY: job_requeue expects the job write lock, which is held;
-        // a NULL message is what slurmctld's own callers pass.
+        // SAFETY: job_requeue expects the job write lock, which is held; a NULL message is what slurmctld's own callers pass.
         let rc = unsafe {
             let uid = (*std::ptr::addr_of!(sys::slurm_conf)).slurm_user_id;
             (self.ctld.requeue)(uid, job, std::ptr::null_mut(), false, 0)
@@ -225,8 +220,7 @@ impl Locked<'_> {
     /// Every node, with whether it is draining (DRAIN set, busy or not).
     pub fn nodes(&self) -> Vec<NodeInfo> {
         let mut out = Vec::new();
-        // SAFETY: the node read lock is held; the table has node_count
-        // entries, some of which may be NULL (removed nodes).
+        // SAFETY: the node read lock is held; the table has node_count entries, some of which may be NULL (removed nodes).
         unsafe {
             let table = *self.ctld.node_table;
             let count = (*self.ctld.node_count).max(0) as usize;

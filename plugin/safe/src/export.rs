@@ -8,6 +8,10 @@
 //! pointers into views, runs the plugin's method inside [`guard`], and on a
 //! panic or a missing instance answers with a fallback chosen to keep
 //! slurmctld scheduling (accept the job, preempt nobody, lowest priority).
+//!
+//! The bodies taking raw pointers are `unsafe fn`: their contract is
+//! Slurm's plugin ABI (valid records, the job lock held), which only the
+//! symbols the macro emits can vouch for, in one `unsafe` block each.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::sync::Arc;
@@ -121,12 +125,15 @@ pub fn fini<P: Plugin>(instance: &Instance<P>) -> c_int {
 }
 
 /// Body of `priority_p_set`.
-pub fn priority_set<P: PriorityPlugin>(instance: &Instance<P>, last_prio: u32, job: *mut sys::job_record_t) -> u32 {
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn priority_set<P: PriorityPlugin>(instance: &Instance<P>, last_prio: u32, job: *mut sys::job_record_t) -> u32 {
     let fallback = allot::order::PRIORITY_BOTTOM;
     guard("priority_p_set", fallback, || {
         let Some(p) = instance.load_full() else { return fallback };
-        // SAFETY: slurmctld passes a valid job record and holds its job
-        // write lock for the duration of the call.
+        // SAFETY: slurmctld passes a valid job record and holds its job write lock for the duration of the call.
         let Some(job) = (unsafe { JobMut::from_ptr(job) }) else { return fallback };
         p.set_priority(last_prio, job)
     })
@@ -167,14 +174,18 @@ unsafe fn u32_list(list: sys::List) -> Option<Vec<u32>> {
 /// pending job gets its priority (PRIORITY) and its budget's fair-share
 /// factor in thousandths (FAIRSHARE: 1000 x 2^(-usage/share), Slurm's
 /// classic factor computed from allot's window). `allot why` explains more.
-pub fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::List {
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::List {
     guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
-        // SAFETY: list_create makes a list slurmctld will pack and free with
-        // the destructor Slurm defines for these objects.
+        // SAFETY: list_create makes a list slurmctld will pack and free with the destructor Slurm defines for these objects.
         let list = unsafe { sys::list_create(Some(sys::slurm_destroy_priority_factors_object)) };
         let (Some(p), Some(ctld)) = (instance.load_full(), crate::ctld::Slurmctld::get()) else { return list };
         // SAFETY: slurmctld passes the decoded request, valid for the call.
         let (job_ids, uids) = match unsafe { req.as_ref() } {
+            // SAFETY: the request's lists are NULL or Slurm lists of u32 pointers.
             Some(r) => unsafe { (u32_list(r.job_id_list), u32_list(r.uid_list)) },
             None => (None, None),
         };
@@ -186,8 +197,7 @@ pub fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mu
                 return;
             }
             let fairshare = p.fairshare_factor(job).unwrap_or(0.0);
-            // SAFETY: slurm_xcalloc returns zeroed memory of the object's
-            // size (it aborts rather than fail); the list then owns it.
+            // SAFETY: slurm_xcalloc returns zeroed memory of the object's size (it aborts rather than fail); the list then owns it.
             unsafe {
                 let obj = sys::slurm_xcalloc(1, std::mem::size_of::<sys::priority_factors_object_t>(), true, false, c"allot".as_ptr(), 0, c"factors".as_ptr())
                     as *mut sys::priority_factors_object_t;
@@ -207,7 +217,11 @@ pub fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mu
 }
 
 /// Body of `job_submit`.
-pub fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
     // Accept on failure: a broken plugin must not stop every submission.
     guard("job_submit", sys::SLURM_SUCCESS, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
@@ -216,7 +230,8 @@ pub fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::jo
         match p.submit(&mut desc, submit_uid) {
             Ok(()) => sys::SLURM_SUCCESS,
             Err(refusal) => {
-                set_out_string(err_msg, &refusal.message);
+                // SAFETY: err_msg is job_submit's out-parameter for the user's message.
+                unsafe { set_out_string(err_msg, &refusal.message) };
                 refusal.code
             }
         }
@@ -225,11 +240,14 @@ pub fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::jo
 
 /// Body of `job_modify`. Slurm has no message channel here: the refusal's
 /// text goes to the log, its code to the user.
-pub fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32) -> c_int {
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32) -> c_int {
     guard("job_modify", sys::SLURM_SUCCESS, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
-        // SAFETY: slurmctld passes the update request and the job record it
-        // applies to, holding the job write lock.
+        // SAFETY: slurmctld passes the update request and the job record it applies to, holding the job write lock.
         let (Some(mut desc), Some(job)) = (unsafe { JobDesc::from_ptr(desc) }, unsafe { Job::from_ptr(job) }) else {
             return sys::SLURM_SUCCESS;
         };
@@ -250,9 +268,12 @@ pub fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::jo
 /// per backfill cycle under the job lock. Only a running job can be
 /// preempted, so that one field read answers almost every call, before the
 /// instance, the guard or the policy are touched.
-pub fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *mut sys::job_record_t, preemptor: *mut sys::job_record_t) -> bool {
-    // SAFETY: slurmctld passes two job records from job_list and holds its
-    // job lock while the scheduler calls us.
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *mut sys::job_record_t, preemptor: *mut sys::job_record_t) -> bool {
+    // SAFETY: slurmctld passes two job records from job_list and holds its job lock while the scheduler calls us.
     let (Some(preemptee), Some(preemptor)) = (unsafe { Job::from_ptr(preemptee) }, unsafe { Job::from_ptr(preemptor) }) else {
         return false;
     };
@@ -268,7 +289,11 @@ pub fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *mut sys
 }
 
 /// Body of `preempt_p_get_data`.
-pub fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t, kind: sys::slurm_preempt_data_type_t, data: *mut c_void) -> c_int {
+///
+/// # Safety
+/// Only from the exported symbol: the arguments are what slurmctld passes
+/// (see the `SAFETY` comments on each use).
+pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t, kind: sys::slurm_preempt_data_type_t, data: *mut c_void) -> c_int {
     guard("preempt_p_get_data", sys::SLURM_ERROR, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_ERROR };
         if data.is_null() {
@@ -276,8 +301,7 @@ pub fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job
         }
         // SAFETY: `job` is NULL or a record valid for the call (job lock held).
         let job = unsafe { Job::from_ptr(job) };
-        // SAFETY: slurmctld passes a pointer to the type each question
-        // names (preempt.c: bool, uint16_t, uint32_t, uint32_t).
+        // SAFETY: slurmctld passes a pointer to the type each question names (preempt.c: bool, uint16_t, uint32_t, uint32_t).
         let query = unsafe {
             match kind {
                 sys::PREEMPT_DATA_ENABLED => PreemptQuery::Enabled(&mut *(data as *mut bool)),
@@ -325,8 +349,9 @@ macro_rules! slurm_plugin {
     (priority, $type:literal, $name:literal, $ty:ty) => {
         $crate::slurm_plugin!(@common $type, $name, $ty);
         #[no_mangle]
-        pub extern "C" fn priority_p_set(last_prio: u32, job_ptr: *mut $crate::sys::job_record_t) -> u32 {
-            $crate::export::priority_set(&INSTANCE, last_prio, job_ptr)
+        pub unsafe extern "C" fn priority_p_set(last_prio: u32, job_ptr: *mut $crate::sys::job_record_t) -> u32 {
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::priority_set(&INSTANCE, last_prio, job_ptr) }
         }
         #[no_mangle]
         pub extern "C" fn priority_p_reconfig(_assoc_clear: bool) {
@@ -334,13 +359,14 @@ macro_rules! slurm_plugin {
         }
         /// Association usage is slurmdbd's; allot keeps its own in the ledger.
         #[no_mangle]
-        pub extern "C" fn priority_p_set_assoc_usage(_assoc: *mut $crate::sys::slurmdb_assoc_rec_t) {}
+        pub unsafe extern "C" fn priority_p_set_assoc_usage(_assoc: *mut $crate::sys::slurmdb_assoc_rec_t) {}
         #[no_mangle]
-        pub extern "C" fn priority_p_get_priority_factors_list(
+        pub unsafe extern "C" fn priority_p_get_priority_factors_list(
             req: *mut $crate::sys::priority_factors_request_msg_t,
             _uid: $crate::libc::uid_t,
         ) -> $crate::sys::List {
-            $crate::export::priority_factors_list(&INSTANCE, req)
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::priority_factors_list(&INSTANCE, req) }
         }
         /// Never called without slurmdbd; usage is measured by the plugin.
         #[no_mangle]
@@ -358,20 +384,22 @@ macro_rules! slurm_plugin {
     (job_submit, $type:literal, $name:literal, $ty:ty) => {
         $crate::slurm_plugin!(@common $type, $name, $ty);
         #[no_mangle]
-        pub extern "C" fn job_submit(
+        pub unsafe extern "C" fn job_submit(
             job_desc: *mut $crate::sys::job_desc_msg_t,
             submit_uid: u32,
             err_msg: *mut *mut ::std::os::raw::c_char,
         ) -> ::std::os::raw::c_int {
-            $crate::export::job_submit(&INSTANCE, job_desc, submit_uid, err_msg)
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::job_submit(&INSTANCE, job_desc, submit_uid, err_msg) }
         }
         #[no_mangle]
-        pub extern "C" fn job_modify(
+        pub unsafe extern "C" fn job_modify(
             job_desc: *mut $crate::sys::job_desc_msg_t,
             job_ptr: *mut $crate::sys::job_record_t,
             submit_uid: u32,
         ) -> ::std::os::raw::c_int {
-            $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid)
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid) }
         }
     };
 
@@ -387,19 +415,21 @@ macro_rules! slurm_plugin {
             false
         }
         #[no_mangle]
-        pub extern "C" fn preempt_p_preemptable(
+        pub unsafe extern "C" fn preempt_p_preemptable(
             preemptee: *mut $crate::sys::job_record_t,
             preemptor: *mut $crate::sys::job_record_t,
         ) -> bool {
-            $crate::export::preemptable(&INSTANCE, preemptee, preemptor)
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::preemptable(&INSTANCE, preemptee, preemptor) }
         }
         #[no_mangle]
-        pub extern "C" fn preempt_p_get_data(
+        pub unsafe extern "C" fn preempt_p_get_data(
             job_ptr: *mut $crate::sys::job_record_t,
             data_type: $crate::sys::slurm_preempt_data_type_t,
             data: *mut ::std::os::raw::c_void,
         ) -> ::std::os::raw::c_int {
-            $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data)
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data) }
         }
     };
 }

@@ -44,8 +44,7 @@ impl<'a> Job<'a> {
     }
     /// The account, lowercased by slurmctld after job_submit ran.
     pub fn account(&self) -> Option<&'a str> {
-        // SAFETY: job record strings are NUL-terminated xmalloc'd strings
-        // owned by the record, valid while the record is (see from_ptr).
+        // SAFETY: job record strings are NUL-terminated xmalloc'd strings owned by the record, valid while the record is (see from_ptr).
         unsafe { borrowed_str(self.raw.account) }
     }
     pub fn comment(&self) -> Option<&'a str> {
@@ -125,8 +124,7 @@ impl<'a> Job<'a> {
             return 0;
         }
         let mut total: u64 = 0;
-        // SAFETY: gres_list_alloc is a List of gres_state_t owned by the job
-        // record; iterating it under the job lock is how slurmctld reads it.
+        // SAFETY: gres_list_alloc is a List of gres_state_t owned by the job record; iterating it under the job lock is how slurmctld reads it.
         unsafe {
             let it = sys::list_iterator_create(list);
             loop {
@@ -147,8 +145,7 @@ impl<'a> Job<'a> {
     /// The job's partition name as Slurm stores it (for reports handed back to
     /// Slurm, which borrow it as priority/multifactor does), or NULL.
     pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
-        // SAFETY: part_ptr is NULL or the job's partition record, which lives
-        // at least as long as the job record.
+        // SAFETY: part_ptr is NULL or the job's partition record, which lives at least as long as the job record.
         unsafe { self.raw.part_ptr.as_ref() }.map_or(std::ptr::null_mut(), |p| p.name)
     }
 
@@ -158,8 +155,7 @@ impl<'a> Job<'a> {
         if bitmap.is_null() {
             return false;
         }
-        // SAFETY: node_bitmap is the job's bitstring sized to the node table;
-        // callers pass an index below node_record_count.
+        // SAFETY: node_bitmap is the job's bitstring sized to the node table; callers pass an index below node_record_count.
         unsafe { sys::slurm_bit_test(bitmap, index as sys::bitoff_t) != 0 }
     }
 }
@@ -217,10 +213,12 @@ impl<'a> JobDesc<'a> {
     }
     /// The comment, replaced through Slurm's allocator (Slurm frees it).
     pub fn set_comment(&mut self, comment: &str) {
-        replace_slurm_string(&mut self.raw.comment, comment);
+        // SAFETY: every string field of a job request is null or Slurm-allocated and owned by the request.
+        unsafe { replace_slurm_string(&mut self.raw.comment, comment) };
     }
     pub fn set_account(&mut self, account: &str) {
-        replace_slurm_string(&mut self.raw.account, account);
+        // SAFETY: as for set_comment.
+        unsafe { replace_slurm_string(&mut self.raw.account, account) };
     }
     /// `--requeue` given (Some(true)), `--no-requeue` (Some(false)), or
     /// neither (None: the cluster's JobRequeue decides).

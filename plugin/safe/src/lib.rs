@@ -12,9 +12,11 @@
 //!   behind [`guard`]'s panic catcher with a safe fallback.
 //!
 //! And the plugins' shared, safe runtime:
-//! - [`config`]: `allot.conf`;
+//! - [`config`], which reads `allot.conf`;
 //! - [`snapshot`]: the budget and ranking read from the ledger off the
 //!   locked paths, swapped in atomically.
+
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod config;
 pub mod ctld;
@@ -37,8 +39,7 @@ pub fn now() -> i64 {
 
 /// The allot.conf beside slurmctld's slurm.conf, loaded; errors name file and line.
 pub fn load_allot_conf() -> Result<config::AllotConf, String> {
-    // SAFETY: slurm_conf is libslurmfull's global configuration, read-only
-    // after startup; `slurm_conf.slurm_conf` is the path of slurm.conf.
+    // SAFETY: slurm_conf is libslurmfull's global configuration, read-only after startup; `slurm_conf.slurm_conf` is the path of slurm.conf.
     let slurm_conf = unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).slurm_conf) }.map(str::to_owned);
     let slurm_conf = slurm_conf
         .or_else(|| std::env::var("SLURM_CONF").ok())

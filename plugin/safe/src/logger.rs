@@ -21,8 +21,7 @@ fn slurm_level(level: log::Level) -> sys::log_level_t {
 
 /// Slurm's configured level as a `log` filter.
 fn current_filter() -> log::LevelFilter {
-    // SAFETY: get_log_level reads the logger's level; it is set up before
-    // any plugin is loaded and safe to call from any thread.
+    // SAFETY: get_log_level reads the logger's level; it is set up before any plugin is loaded and safe to call from any thread.
     let level = unsafe { sys::get_log_level() } as sys::log_level_t;
     match level {
         l if l >= sys::LOG_LEVEL_DEBUG2 => log::LevelFilter::Trace,

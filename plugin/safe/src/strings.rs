@@ -26,32 +26,36 @@ pub unsafe fn borrowed_str<'a>(ptr: *const c_char) -> Option<&'a str> {
 /// C cannot carry, become spaces).
 pub fn slurm_strdup(text: &str) -> *mut c_char {
     let c = CString::new(text.replace('\0', " ")).expect("NULs were replaced");
-    // SAFETY: slurm_xstrdup copies a valid NUL-terminated string into
-    // xmalloc'd memory (it aborts rather than return NULL on exhaustion).
+    // SAFETY: slurm_xstrdup copies a valid NUL-terminated string into xmalloc'd memory (it aborts rather than return NULL on exhaustion).
     unsafe { sys::slurm_xstrdup(c.as_ptr()) }
 }
 
 /// Replaces a Slurm-owned string field with `text`, freeing the old one
 /// with Slurm's allocator.
-pub fn replace_slurm_string(field: &mut *mut c_char, text: &str) {
+///
+/// # Safety
+/// `*field` must be null or a string from Slurm's allocator that nothing
+/// else will use or free afterwards.
+pub unsafe fn replace_slurm_string(field: &mut *mut c_char, text: &str) {
     let new = slurm_strdup(text);
     let old = std::mem::replace(field, new);
     if !old.is_null() {
         let mut old = old as *mut std::os::raw::c_void;
-        // SAFETY: `old` came from Slurm's allocator (every string field of a
-        // job request or record does) and nothing else refers to it now.
+        // SAFETY: `old` came from Slurm's allocator and nothing else refers to it now (the caller's guarantee).
         unsafe { sys::slurm_xfree(&mut old) };
     }
 }
 
 /// Hands `text` to Slurm through an out-parameter it will free (job_submit's
 /// `err_msg`). A null out-parameter is ignored.
-pub fn set_out_string(out: *mut *mut c_char, text: &str) {
+///
+/// # Safety
+/// `out` must be null or point to a writable `char *` slot holding null or
+/// a string from Slurm's allocator, as job_submit's `err_msg` does.
+pub unsafe fn set_out_string(out: *mut *mut c_char, text: &str) {
     if out.is_null() {
         return;
     }
-    // SAFETY: `out` points to a `char *` slot owned by the caller; an
-    // existing string there is Slurm-allocated and replaced the same way.
-    let slot = unsafe { &mut *out };
-    replace_slurm_string(slot, text);
+    // SAFETY: `out` points to a `char *` slot whose current string, if any, is Slurm-allocated and owned by the slot (the caller's guarantee).
+    unsafe { replace_slurm_string(&mut *out, text) };
 }
