@@ -873,12 +873,9 @@ impl BudgetTree {
     /// node's share, and adding or removing it, change its siblings'
     /// effective shares, so they belong to the owners of its parent. Cluster
     /// settings belong to the root's owners; a `[default_leaf]` entry to
-    /// whoever owns both the old and the new leaf. Admins (root, the Slurm
-    /// user) may do anything: pass `is_admin`.
-    pub fn authorize(&self, old: &BudgetTree, user: &str, is_admin: bool) -> Result<(), Vec<PermissionRefusal>> {
-        if is_admin {
-            return Ok(());
-        }
+    /// whoever owns both the old and the new leaf. (Admins, root and the
+    /// Slurm user, may do anything: the caller knows who they are.)
+    pub fn authorize(&self, old: &BudgetTree, user: &str) -> Result<(), Vec<PermissionRefusal>> {
         let mut refusals = Vec::new();
         // `tree` is where the node lives (new for added, old for removed).
         let mut need = |change: &BudgetChange, tree: &BudgetTree, path: &str, of_parent: bool| {
@@ -1074,17 +1071,16 @@ members = ["*"]
         let old = lab();
         // carol owns vision/tracking: may change its members, not its share.
         let members = BudgetTree::parse(&LAB.replace("members = [\"dave\"]", "members = [\"dave\", \"gus\"]")).unwrap();
-        assert!(members.authorize(&old, "carol", false).is_ok());
+        assert!(members.authorize(&old, "carol").is_ok());
         let share = BudgetTree::parse(&LAB.replacen("share = 1\nowners = [\"carol\"]", "share = 5\nowners = [\"carol\"]", 1)).unwrap();
         assert_eq!(share.diff(&old).len(), 1);
-        let refused = share.authorize(&old, "carol", false).unwrap_err();
+        let refused = share.authorize(&old, "carol").unwrap_err();
         assert_eq!(refused.len(), 1);
         assert!(refused[0].to_string().contains("needs an owner of vision: alice, director or an admin"), "{}", refused[0]);
-        assert!(share.authorize(&old, "alice", false).is_ok());
-        assert!(share.authorize(&old, "director", false).is_ok());
-        assert!(share.authorize(&old, "mallory", true).is_ok());
+        assert!(share.authorize(&old, "alice").is_ok());
+        assert!(share.authorize(&old, "director").is_ok());
         let settings = BudgetTree::parse(&LAB.replace("gpus = 32", "gpus = 64")).unwrap();
-        assert!(settings.authorize(&old, "alice", false).is_err());
-        assert!(settings.authorize(&old, "director", false).is_ok());
+        assert!(settings.authorize(&old, "alice").is_err());
+        assert!(settings.authorize(&old, "director").is_ok());
     }
 }

@@ -35,62 +35,99 @@ pub enum SyncOutcome {
     Unchanged { version: i64 },
 }
 
+/// The version a sync would replace, as its permission check sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Replaced<'a> {
+    pub version: i64,
+    /// Its tree, or why it no longer validates (the ledger was edited by
+    /// hand, or allot's rules changed since).
+    pub tree: std::result::Result<&'a BudgetTree, &'a allot::budget::BudgetErrors>,
+}
+
 fn join(list: &[String]) -> String {
     list.join(",")
 }
 
 impl Ledger {
     /// Writes `tree` (parsed from `toml`) as a new budget version, atomically,
-    /// with the changes from the current version. `tree` must be the result
-    /// of parsing `toml`: the caller validated it (and checked permissions)
-    /// before opening the ledger, so a bad file never touches it.
+    /// with the changes from the current version, without a permission check
+    /// (admins, tests). See [`Ledger::sync_budget_authorized`].
     pub fn sync_budget(&mut self, toml: &str, tree: &BudgetTree, author: &str, source: &str, now: i64) -> Result<SyncOutcome> {
-        self.write(|tx| {
-            let current: Option<(i64, String)> = tx
-                .query_row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            if let Some((version, text)) = &current {
-                if text == toml {
-                    return Ok(SyncOutcome::Unchanged { version: *version });
+        self.sync_budget_authorized(toml, tree, author, source, now, |_| Ok(()))
+    }
+
+    /// Writes `tree` (parsed from `toml`) as a new budget version if
+    /// `authorize` accepts replacing the current one, all in one write
+    /// transaction: the version checked is the version replaced, even with
+    /// other writers about. A refusal (`LedgerError::Refused`) writes nothing.
+    /// `tree` must be the result of parsing `toml`: the caller validated it,
+    /// so a bad file never touches the ledger.
+    pub fn sync_budget_authorized(
+        &mut self,
+        toml: &str,
+        tree: &BudgetTree,
+        author: &str,
+        source: &str,
+        now: i64,
+        authorize: impl FnOnce(Option<Replaced<'_>>) -> std::result::Result<(), String>,
+    ) -> Result<SyncOutcome> {
+        let path = self.path.clone();
+        let err = |source| crate::LedgerError::Sqlite { path: path.clone(), source };
+        // Dropped without commit on any early return: rolled back.
+        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
+        let current: Option<(i64, String)> = tx
+            .query_row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()
+            .map_err(err)?;
+        if let Some((version, text)) = &current {
+            if text == toml {
+                return Ok(SyncOutcome::Unchanged { version: *version });
+            }
+        }
+        let old = current.as_ref().map(|(version, text)| (*version, BudgetTree::parse(text)));
+        authorize(old.as_ref().map(|(version, tree)| Replaced { version: *version, tree: tree.as_ref() })).map_err(crate::LedgerError::Refused)?;
+        let changes: Vec<String> = match &old {
+            None => tree.nodes.iter().skip(1).map(|n| format!("+ {}", n.path)).collect(),
+            Some((_, Ok(old))) => {
+                let diff: Vec<String> = tree.diff(old).iter().map(|c| c.to_string()).collect();
+                if diff.is_empty() {
+                    vec!["(comments or layout only)".to_owned()]
+                } else {
+                    diff
                 }
             }
-            let changes: Vec<String> = match &current {
-                None => tree.nodes.iter().skip(1).map(|n| format!("+ {}", n.path)).collect(),
-                Some((_, text)) => match BudgetTree::parse(text) {
-                    Ok(old) => {
-                        let diff: Vec<String> = tree.diff(&old).iter().map(|c| c.to_string()).collect();
-                        if diff.is_empty() {
-                            vec!["(comments or layout only)".to_owned()]
-                        } else {
-                            diff
-                        }
-                    }
-                    Err(_) => vec!["(previous version unreadable; whole tree replaced)".to_owned()],
-                },
-            };
-            let version = current.map_or(1, |(v, _)| v + 1);
-            tx.execute(
-                "INSERT INTO budget_versions (version, synced_at, author, source, toml, changes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![version, now, author, source, toml, changes.join("\n")],
-            )?;
-            let mut insert = tx.prepare(
-                "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members)
+            Some((_, Err(_))) => vec!["(previous version unreadable; whole tree replaced)".to_owned()],
+        };
+        let version = current.map_or(1, |(v, _)| v + 1);
+        tx.execute(
+            "INSERT INTO budget_versions (version, synced_at, author, source, toml, changes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![version, now, author, source, toml, changes.join("\n")],
+        )
+        .map_err(err)?;
+        {
+            let mut insert = tx
+                .prepare(
+                    "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?;
+                )
+                .map_err(err)?;
             for node in &tree.nodes {
-                insert.execute(params![
-                    version,
-                    node.path,
-                    node.share,
-                    node.effective_share,
-                    node.is_leaf(),
-                    join(&node.owners),
-                    join(&node.accounts),
-                    join(&node.members)
-                ])?;
+                insert
+                    .execute(params![
+                        version,
+                        node.path,
+                        node.share,
+                        node.effective_share,
+                        node.is_leaf(),
+                        join(&node.owners),
+                        join(&node.accounts),
+                        join(&node.members)
+                    ])
+                    .map_err(err)?;
             }
-            Ok(SyncOutcome::Written { version, changes })
-        })
+        }
+        tx.commit().map_err(err)?;
+        Ok(SyncOutcome::Written { version, changes })
     }
 
     /// The newest budget version, if any was ever synced.
@@ -194,5 +231,24 @@ mod tests {
         let e = l.conn.execute("UPDATE budget_versions SET author = 'mallory'", []).unwrap_err();
         assert!(e.to_string().contains("append-only"), "{e}");
         assert!(l.conn.execute("DELETE FROM budget_nodes", []).is_err());
+    }
+
+    #[test]
+    fn a_refused_sync_writes_nothing_and_sees_the_version_it_replaces() {
+        let mut l = Ledger::in_memory().unwrap();
+        l.sync_budget(V1, &BudgetTree::parse(V1).unwrap(), "boss", "b.toml", 100).unwrap();
+        let v2 = V1.replace("[budget.b]\nshare=1", "[budget.b]\nshare=3");
+        let t2 = BudgetTree::parse(&v2).unwrap();
+        let mut seen = None;
+        let e = l
+            .sync_budget_authorized(&v2, &t2, "eve", "b.toml", 101, |current| {
+                seen = current.map(|c| (c.version, c.tree.is_ok()));
+                Err("eve may not".into())
+            })
+            .unwrap_err();
+        assert_eq!(e.to_string(), "eve may not");
+        assert_eq!(seen, Some((1, true)));
+        assert_eq!(l.current_budget_version().unwrap(), Some(1));
+        assert_eq!(l.budget_nodes(2).unwrap().len(), 0);
     }
 }

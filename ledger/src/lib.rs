@@ -25,7 +25,7 @@ mod budgets;
 mod runs;
 mod snapshot;
 
-pub use budgets::{BudgetVersion, SyncOutcome};
+pub use budgets::{BudgetVersion, Replaced, SyncOutcome};
 pub use runs::{ContractRow, EventRow, Period, RunRow, RunUpdate};
 pub use snapshot::{LeafUsage, UsageSnapshot};
 
@@ -48,6 +48,9 @@ pub enum LedgerError {
     SchemaMismatch { path: String, found: usize, expected: usize },
     #[error("ledger {path} does not exist; sync a budget first (`allot sync budgets.toml`)")]
     Missing { path: String },
+    /// A budget sync refused by its permission check; nothing was written.
+    #[error("{0}")]
+    Refused(String),
 }
 
 pub type Result<T> = std::result::Result<T, LedgerError>;

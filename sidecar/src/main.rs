@@ -92,8 +92,7 @@ fn run_sync(ledger: &std::path::Path, file: &std::path::Path, check: bool) -> an
     let actor = identity::Actor::current(ledger)?;
     if check {
         let tree = sync::validate(&text, &source)?;
-        let current = sync::current_tree(ledger)?;
-        sync::authorize(&tree, current.as_ref(), &actor)?;
+        sync::check(ledger, &tree, &actor)?;
         println!("{source}: valid, {} nodes, {} leaves; {} may sync it", tree.nodes.len(), tree.leaves.len(), actor.name);
         return Ok(());
     }
