@@ -1,11 +1,12 @@
 //! The usage the order was last computed from.
 //!
 //! The priority plugin computes per-leaf usage every period and stores it
-//! here; the preempt plugin and `allot why` rebuild the very same ranking from
-//! it with [`allot::fairshare::Ranking::compute`], so every reader agrees with
-//! the order Slurm was given.
+//! here; the preempt plugin, `allot why` and `allot budget show` rebuild the
+//! very same ranking from it with [`UsageSnapshot::ranking`], so every reader
+//! agrees with the order Slurm was given.
 
 use allot::budget::BudgetTree;
+use allot::fairshare::Ranking;
 use rusqlite::{params, OptionalExtension};
 
 use crate::{Ledger, Result};
@@ -55,6 +56,12 @@ impl UsageSnapshot {
             }
         }
         out
+    }
+
+    /// The fair-share ranking of `tree` under this usage. Capacity: the
+    /// tree's own GPU count if it gives one, else what the plugin counted.
+    pub fn ranking(&self, tree: &BudgetTree) -> Ranking {
+        Ranking::compute(tree, &self.charged_for(tree), tree.settings.gpus.unwrap_or(self.capacity_gpus), self.computed_at)
     }
 }
 

@@ -9,7 +9,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use allot::budget::NodeId;
-use allot::fairshare::Ranking;
 use allot_ledger::Ledger;
 use anyhow::{anyhow, bail, Context};
 use toml_edit::{value, Array, DocumentMut, Item, Table};
@@ -78,11 +77,10 @@ fn show(ledger_path: &Path, node: Option<&str>, version: Option<i64>) -> anyhow:
         Some(path) => tree.find(path).ok_or_else(|| anyhow!("no node '{path}' in budget version {}", v.version))?,
         None => 0,
     };
-    // Usage, when the plugins have recorded it for this very version.
-    let ranking = ledger.usage_snapshot()?.filter(|s| s.budget_version == v.version).map(|s| {
-        let capacity = tree.settings.gpus.unwrap_or(s.capacity_gpus);
-        (Ranking::compute(&tree, &s.charged_for(&tree), capacity, s.computed_at), s.computed_at)
-    });
+    // Usage (by leaf path, so it applies to a newly synced version too), for
+    // the current version only: an old version's is not in the ledger.
+    let is_current = ledger.current_budget_version()? == Some(v.version);
+    let ranking = if is_current { ledger.usage_snapshot()?.map(|s| (s.ranking(&tree), s.computed_at)) } else { None };
 
     let s = &tree.settings;
     println!(

@@ -5,6 +5,7 @@ use std::path::Path;
 use allot::budget::BudgetTree;
 use allot::duration::{format_duration, parse_duration};
 use allot::fairshare::Ranking;
+use allot::occupancy::usage_in_window;
 use allot_ledger::Ledger;
 use anyhow::{anyhow, Context};
 
@@ -16,10 +17,7 @@ fn current_tree(l: &Ledger) -> anyhow::Result<(i64, BudgetTree)> {
 
 /// The ranking the plugins last computed (same usage, same code), if any.
 fn last_ranking(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<Option<(Ranking, i64)>> {
-    Ok(l.usage_snapshot()?.map(|s| {
-        let capacity = tree.settings.gpus.unwrap_or(s.capacity_gpus);
-        (Ranking::compute(tree, &s.charged_for(tree), capacity, s.computed_at), s.computed_at)
-    }))
+    Ok(l.usage_snapshot()?.map(|s| (s.ranking(tree), s.computed_at)))
 }
 
 fn hours(gpu_seconds: f64) -> String {
@@ -46,22 +44,24 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
         "usage over the last {} (budget version {version}, {capacity} GPUs): GPU-hours charged to each leaf against its allocation",
         format_duration(window)
     );
-    let mut rows = vec![["LEAF".to_owned(), "SHARE".into(), "OWED".into(), "CHARGED".into(), "USED".into(), "UNALLOCATED".into(), "RUNS".into()]];
-    let mut other_charged = 0.0;
-    for &node in &tree.leaves {
-        let n = tree.node(node);
-        let mut charged = 0.0;
-        let mut unallocated = 0.0;
-        let mut count = 0;
-        for r in runs.iter().filter(|r| r.leaf.as_deref() == Some(n.path.as_str())) {
-            let seconds = (r.run_end.unwrap_or(now).min(now) - r.run_start.max(from)).max(0) as f64 * r.gpus as f64;
-            if r.allocated {
-                charged += seconds;
-            } else {
-                unallocated += seconds;
+    // One pass: each run to its leaf in the current tree, or to "other".
+    let mut intervals = Vec::with_capacity(runs.len());
+    let mut run_count = vec![0usize; tree.leaves.len()];
+    let mut other = 0i64;
+    for r in &runs {
+        match r.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf) {
+            Some(leaf) => {
+                run_count[leaf as usize] += 1;
+                intervals.push(r.interval(leaf));
             }
-            count += 1;
+            None => other += r.interval(0).gpu_seconds_within(from, now),
         }
+    }
+    let used = usage_in_window(&intervals, tree.leaves.len(), now, window);
+    let mut rows = vec![["LEAF".to_owned(), "SHARE".into(), "OWED".into(), "CHARGED".into(), "USED".into(), "UNALLOCATED".into(), "RUNS".into()]];
+    for (i, &node) in tree.leaves.iter().enumerate() {
+        let n = tree.node(node);
+        let charged = used.charged[i] as f64;
         let owed = n.effective_share * capacity as f64 * window as f64;
         rows.push([
             n.path.clone(),
@@ -69,16 +69,13 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
             hours(owed),
             hours(charged),
             format!("{:.2}", if owed > 0.0 { charged / owed } else { 0.0 }),
-            hours(unallocated),
-            count.to_string(),
+            hours(used.unallocated[i] as f64),
+            run_count[i].to_string(),
         ]);
     }
-    for r in runs.iter().filter(|r| r.leaf.as_deref().and_then(|p| tree.find(p)).is_none()) {
-        other_charged += (r.run_end.unwrap_or(now).min(now) - r.run_start.max(from)).max(0) as f64 * r.gpus as f64;
-    }
     print_table(&rows, &[1, 2, 3, 4, 5, 6]);
-    if other_charged > 0.0 {
-        println!("(and {} GPU-hours by jobs outside the current budget tree)", hours(other_charged));
+    if other > 0 {
+        println!("(and {} GPU-hours by jobs outside the current budget tree)", hours(other as f64));
     }
     Ok(())
 }

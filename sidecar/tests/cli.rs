@@ -222,3 +222,38 @@ fn watch_resyncs_on_change_and_survives_a_bad_edit() {
     let log = String::from_utf8_lossy(&out.stderr);
     assert!(log.contains("not synced") && log.contains("invalid TOML"), "{log}");
 }
+
+/// `allot usage`: each run charged to its leaf in the current tree over the
+/// window (pro rata at its edge), unallocated time apart, and runs whose
+/// budget is no longer a leaf (removed, or now an inner node) counted as
+/// outside the tree.
+#[test]
+fn usage_charges_each_leaf_over_the_window() {
+    use allot_ledger::{Period, RunRow, RunUpdate};
+    let s = Scratch::new();
+    let budget = "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
+    let out = s.run(&["sync", s.file("b.toml", budget).to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let run = |job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocated: bool| {
+        RunUpdate::Open(RunRow { job_id, run_start: now + start, run_end: end.map(|e| now + e), leaf: Some(leaf.into()), account: None, user: None, gpus, allocated, end_reason: None })
+    };
+    let runs = vec![
+        run(1, "p/a", 2, -3000, Some(-1200), true),  // 1.00 GPU-h
+        run(2, "p/a", 1, -7200, Some(-1800), true),  // 0.50 GPU-h inside the hour
+        run(3, "b", 4, -600, None, false),           // 0.67 GPU-h, unallocated
+        run(4, "p", 1, -2000, Some(-1100), true),    // 0.25 GPU-h, "p" is no leaf
+        run(5, "gone", 2, -1000, Some(-100), true),  // 0.50 GPU-h, no such node
+    ];
+    Ledger::open(s.ledger()).unwrap().record_period(&Period { runs, ..Default::default() }).unwrap();
+
+    let out = s.run(&["usage", "--window", "1h"]);
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let row = |leaf: &str| shown.lines().find(|l| l.split_whitespace().next() == Some(leaf)).map(|l| l.split_whitespace().collect::<Vec<_>>());
+    // LEAF SHARE OWED CHARGED USED UNALLOCATED RUNS; owed = 50% x 4 GPUs x 1 h.
+    assert_eq!(row("p/a").unwrap(), ["p/a", "50.00%", "2.00", "1.50", "0.75", "0.00", "2"], "{shown}");
+    assert_eq!(row("b").unwrap(), ["b", "50.00%", "2.00", "0.00", "0.00", "0.67", "1"], "{shown}");
+    assert!(shown.contains("(and 0.75 GPU-hours by jobs outside the current budget tree)"), "{shown}");
+}
