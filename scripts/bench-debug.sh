@@ -33,10 +33,9 @@ allot="$repo/target/release/allot"
 for u in vic lana rob sue; do id "$u" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$u"; done
 
 DIR=/tmp/allot-bench-debug
-export ALLOT_PORT_BASE=17800 ALLOT_SHIPPED_SCHEDULING=1
-ALLOT_RECOMPUTE_PERIOD=$(sed -n 's/^RecomputePeriod=//p' conf/allot.conf)
-ALLOT_GRACE_TIME=$(sed -n 's/^GraceTime=//p' conf/allot.conf)
-export ALLOT_RECOMPUTE_PERIOD ALLOT_GRACE_TIME
+# The shipped settings: conf/slurm-*.conf's scheduler parameters and
+# conf/allot.conf's recompute period and grace.
+export ALLOT_PORT_BASE=17800 ALLOT_SHIPPED_SETTINGS=1
 PENDING=5000
 
 budget=$(mktemp)
@@ -91,7 +90,7 @@ sb() { # user args... -> job id
 run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on stderr
     local plugins=$1
     scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
-    rm -rf "$DIR"; mkdir -p "$DIR/jobs"; chmod 755 "$DIR"; chmod 1777 "$DIR/jobs"
+    rm -rf "$DIR"; mkdir -p "$DIR"
     "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
     plant_history "$DIR/ledger.db"
     scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
@@ -107,8 +106,7 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     sb lana --account=language -w n4 --gres=gpu:6 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
-    local t
-    for t in $(seq 1 30); do
+    for _ in $(seq 1 30); do
         [[ $(squeue -h -t R | wc -l) -eq 6 ]] && break
         sleep 1
     done
@@ -159,7 +157,8 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     scripts/cluster.sh down "$DIR" >/dev/null
 }
 
-printf 'bench-debug: shipped settings: GraceTime=%s s, RecomputePeriod=%s s; %s\n' "$ALLOT_GRACE_TIME" "$ALLOT_RECOMPUTE_PERIOD" \
+printf 'bench-debug: shipped settings: GraceTime=%s s, RecomputePeriod=%s s; %s\n' \
+    "$(sed -n 's/^GraceTime=//p' conf/allot.conf)" "$(sed -n 's/^RecomputePeriod=//p' conf/allot.conf)" \
     "$(sed -n 's/^SchedulerParameters=//p' conf/slurm-allot.conf)"
 for plugins in ${BENCH_CONFIGS:-allot stock}; do
     out=$(run_config "$plugins")

@@ -34,10 +34,7 @@ allot="$repo/target/release/allot"
 DIR=/tmp/allot-bench-slurm
 # The shipped settings: scheduler parameters as in the snippets, allot.conf's
 # recompute period and grace as in conf/allot.conf.
-export ALLOT_PORT_BASE=17600 ALLOT_SHIPPED_SCHEDULING=1
-ALLOT_RECOMPUTE_PERIOD=$(sed -n 's/^RecomputePeriod=//p' conf/allot.conf)
-ALLOT_GRACE_TIME=$(sed -n 's/^GraceTime=//p' conf/allot.conf)
-export ALLOT_RECOMPUTE_PERIOD ALLOT_GRACE_TIME
+export ALLOT_PORT_BASE=17600 ALLOT_SHIPPED_SETTINGS=1
 SUBMISSIONS=2000
 PENDING=5000
 QUIET=${2:-180}
@@ -69,7 +66,7 @@ submit() { # count
 measure() { # plugins -> prints "submissions_per_s submit_rpc_us main_mean_us main_max_us bf_mean_us"
     local plugins=$1
     scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
-    rm -rf "$DIR"; mkdir -p "$DIR/jobs"; chmod 755 "$DIR"; chmod 1777 "$DIR/jobs"
+    rm -rf "$DIR"; mkdir -p "$DIR"
     "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
     scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
     eval "$(scripts/cluster.sh env "$DIR")"

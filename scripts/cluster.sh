@@ -12,7 +12,9 @@
 #   scripts/cluster.sh restart-ctld DIR  # restart slurmctld only (reloads plugins)
 #
 # up       creates DIR if needed, wipes its Slurm state, spool, logs and pids
-#          (keeping DIR/plugins, the munge key and DIR/ledger.db), writes
+#          (keeping DIR/plugins, DIR/jobs, the munge key and DIR/ledger.db),
+#          makes DIR/jobs (mode 1777: any user may submit from it and write
+#          job files there), writes
 #          DIR/etc/{slurm.conf,gres.conf,slurm-PLUGINS.conf,allot.conf} from
 #          conf/, starts the daemons and waits until the four nodes are idle.
 #          --plugins stock (default) uses Slurm's own plugins
@@ -32,9 +34,11 @@
 #   ALLOT_UP_TIMEOUT  seconds `up` waits for four idle nodes (default 30).
 #   ALLOT_RECOMPUTE_PERIOD, ALLOT_GRACE_TIME  written into DIR/etc/allot.conf
 #                     (defaults 2 and 5 seconds: test speed).
-#   ALLOT_SHIPPED_SCHEDULING=1  keep the snippet's scheduler settings as
-#                     shipped (no test-speed sched_interval/bf_interval): for
-#                     benchmarks.
+#   ALLOT_SHIPPED_SETTINGS=1  everything as shipped in conf/, for benchmarks:
+#                     the snippet's scheduler settings (no test-speed
+#                     sched_interval/bf_interval) and conf/allot.conf's
+#                     RecomputePeriod and GraceTime (the two variables above
+#                     are then ignored).
 #   CARGO_TARGET_DIR  where --plugins allot finds the built plugins.
 #
 # Needs root (SlurmUser=root, mknod) and scripts/install-deps.sh's packages.
@@ -329,6 +333,8 @@ cmd_up() {
     # Jobs of ordinary users (e.g. nobody) run scripts slurmstepd writes under
     # the spool directory and devices under DIR/dev: DIR must be traversable.
     chmod 0755 "$DIR"
+    # Where users submit from and their jobs write (sticky, like /tmp).
+    install -d -m 1777 "$DIR/jobs"
     if command -v runuser >/dev/null && ! runuser -u nobody -- test -x "$DIR/spool" 2>/dev/null; then
         say "warning: user nobody cannot reach $DIR (a parent directory is not world-searchable); non-root jobs will fail"
     fi
@@ -354,8 +360,8 @@ cmd_up() {
     [[ -f $snippet ]] || die "$snippet missing"
     sched=$(sed -n 's/^SchedulerParameters=//p' "$snippet" | tail -n 1)
     [[ -n $sched ]] || die "$snippet has no SchedulerParameters line"
-    local test_speed="sched_interval=2,bf_interval=2,"
-    [[ ${ALLOT_SHIPPED_SCHEDULING:-0} == 1 ]] && test_speed=""
+    local shipped=0 test_speed="sched_interval=2,bf_interval=2,"
+    [[ ${ALLOT_SHIPPED_SETTINGS:-0} == 1 ]] && shipped=1 test_speed=""
     {
         echo "# Copied from conf/slurm-$plugins.conf by scripts/cluster.sh; SchedulerParameters"
         echo "# is merged into slurm.conf's own line there."
@@ -368,8 +374,10 @@ cmd_up() {
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
     set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"
-    set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
-    set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"
+    if ((!shipped)); then
+        set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
+        set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"
+    fi
 
     # From here on a failure stops whatever was started, then shows the logs.
     # Stop first and ignore SIGPIPE: a reader that goes away early (`| head`)

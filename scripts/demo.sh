@@ -24,7 +24,6 @@ keep=no
 
 DIR=${ALLOT_DEMO_DIR:-/tmp/allot-demo}
 export ALLOT_PORT_BASE=${ALLOT_PORT_BASE:-17500}
-export ALLOT_RECOMPUTE_PERIOD=2 ALLOT_GRACE_TIME=5
 say() { printf '\ndemo: %s\n' "$*"; }
 
 say "installing dependencies and building allot (release)"
@@ -56,9 +55,7 @@ done
 
 if [[ -d $DIR/run ]]; then scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true; fi
 rm -rf "$DIR"
-mkdir -p "$DIR/jobs"
-chmod 755 "$DIR"
-chmod 1777 "$DIR/jobs"
+mkdir -p "$DIR"
 ledger="$DIR/ledger.db"
 
 say "syncing the example lab's budget into the ledger"
@@ -72,14 +69,12 @@ fi
 eval "$(scripts/cluster.sh env "$DIR")"
 
 say "submitting the workload (squatters and training first, debug jobs into a full cluster)"
-declare -A kind_of
 start=$(date +%s)
 while read -r at user kind gpus contract work; do
     [[ -z $at ]] && continue
     while (( $(date +%s) - start < at )); do sleep 1; done
     id=$(cd "$DIR/jobs" && runuser -u "$user" -- sbatch --parsable --requeue -o /dev/null -e /dev/null \
         --gres="gpu:$gpus" --comment="$kind $contract" --job-name="$kind" --wrap "sleep $work")
-    kind_of[$id]=$kind
     printf '  +%3ss  job %-3s %-6s %-8s %d GPU(s)  %s\n' "$at" "$id" "$user" "$kind" "$gpus" "$contract"
 done <<<"$WORKLOAD"
 

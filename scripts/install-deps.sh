@@ -27,14 +27,15 @@ readonly APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 --no-install-recommends)
 #   munge                 the authentication daemon every Slurm RPC goes through
 #   libslurm-dev          slurm/slurm.h, slurm_version.h and libslurm for bindgen
 #   libclang-dev          libclang, which bindgen loads to parse the headers
-#   pkg-config build-essential  the C compiler the cc crate uses for the layout probe
+#   build-essential       the C compiler the cc crate uses for the layout probe
+#                         and for the SQLite that rusqlite bundles (no pkg-config)
 #   dpkg-dev              dpkg-source, which `apt-get source` needs to unpack
 #   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
 #   coreutils             timeout/mknod (essential, listed so the check is explicit)
 #   fonts-dejavu-core     the font `allot simulate` draws its pictures' text with
 readonly PACKAGES=(
     slurm-wlm slurmctld slurmd slurm-client munge libslurm-dev
-    libclang-dev pkg-config build-essential dpkg-dev
+    libclang-dev build-essential dpkg-dev
     procps util-linux coreutils
     fonts-dejavu-core
 )

@@ -6,9 +6,9 @@
 #     libjob_submit_allot.so -> PLUGINDIR/job_submit_allot.so  (JobSubmitPlugins=allot)
 #     libpreempt_allot.so    -> PLUGINDIR/preempt_allot.so     (PreemptType=preempt/allot)
 #
-# Usage: scripts/install-plugins.sh [--target-dir DIR] PLUGINDIR
-#   --target-dir DIR  cargo's target directory (default: $CARGO_TARGET_DIR, else
-#                     the repository's target/); the .so files are in DIR/release.
+# Usage: scripts/install-plugins.sh PLUGINDIR
+#   The .so files are taken from cargo's target directory ($CARGO_TARGET_DIR,
+#   else the repository's target/), under release/.
 #
 # Each file is copied to a temporary name in PLUGINDIR and then renamed over
 # the old one: a running slurmctld (or sshare) that has the old file mapped
@@ -28,8 +28,6 @@ target_dir=${CARGO_TARGET_DIR:-$repo_root/target}
 plugin_dir=
 while [[ $# -gt 0 ]]; do
     case $1 in
-        --target-dir) [[ $# -ge 2 ]] || usage; target_dir=$2; shift 2 ;;
-        --target-dir=*) target_dir=${1#*=}; shift ;;
         -h|--help) usage ;;
         -*) die "unknown option $1 (see --help)" ;;
         *) [[ -z $plugin_dir ]] || die "one PLUGINDIR only (got '$plugin_dir' and '$1')"; plugin_dir=$1; shift ;;
@@ -49,7 +47,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     build_args=$(printf -- ' -p %s' "${CRATES[@]}")
     die "missing ${missing[*]}
   build them first: (cd $repo_root && cargo build --release$build_args)
-  or pass --target-dir / set CARGO_TARGET_DIR if cargo built them elsewhere"
+  or set CARGO_TARGET_DIR if cargo built them elsewhere"
 fi
 
 mkdir -p "$plugin_dir"

@@ -9,10 +9,19 @@
 #      tests, which bring up real 4-node Slurm clusters with the plugins
 #      loaded (tests/cluster.rs) and tear them down again.
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p allot`).
+# Needs a Rust toolchain (Rust >= 1.91): cargo on PATH or in ~/.cargo/bin.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 [[ $(id -u) -eq 0 ]] || { echo "test: run as root (the cluster tests run slurmd and submit as test users)" >&2; exit 1; }
+
+# rustup installs cargo in ~/.cargo/bin, which a minimal PATH (CI, sudo) lacks.
+cargo_bin=${HOME:-/root}/.cargo/bin
+if ! command -v cargo >/dev/null && [[ -d $cargo_bin ]]; then
+    export PATH="$cargo_bin:$PATH"
+fi
+command -v cargo >/dev/null \
+    || { echo "test: ERROR: cargo not found (neither on PATH nor in \$HOME/.cargo/bin): install a Rust toolchain (>= 1.91), e.g. with rustup" >&2; exit 1; }
 
 echo "test: installing dependencies"
 scripts/install-deps.sh
@@ -21,14 +30,21 @@ echo "test: building (release)"
 cargo build --release --workspace --locked
 
 echo "test: running the tests"
-# One test binary at a time keeps the cluster tests' timings honest on small
-# machines; inside the cluster binary the harness serializes clusters too.
+# cargo runs the test binaries one after another; --test-threads=2 caps the
+# threads inside each binary (a 2-core machine's worth). Inside
+# tests/cluster.rs the harness runs one cluster at a time regardless
+# (tests/support/mod.rs).
 cargo test --release --workspace --locked "$@" -- --test-threads=2
 
-# Nothing may be left running.
-if pgrep -x slurmctld >/dev/null || pgrep -x slurmd >/dev/null; then
-    echo "test: ERROR: Slurm daemons were left running:" >&2
-    pgrep -a 'slurmctld|slurmd|slurmstepd' >&2 || true
+# Nothing of the test clusters may be left running. Their directories are
+# $TMPDIR/allot-test-NAME (tests/support/mod.rs), which every daemon's
+# command line names (-f DIR/etc/slurm.conf, munged's --socket=DIR/...);
+# clusters elsewhere (a demo or a benchmark) are not our business here.
+test_dirs=$(cd "${TMPDIR:-/tmp}" && pwd -P)/allot-test-
+left=$(for daemon in slurmctld slurmd munged; do pgrep -a -x "$daemon" || true; done | grep -F -- "$test_dirs" || true)
+if [[ -n $left ]]; then
+    echo "test: ERROR: daemons of the test clusters were left running:" >&2
+    echo "$left" >&2
     exit 1
 fi
 echo "test: all tests passed"

@@ -56,7 +56,6 @@ impl Default for Options {
 pub struct TestCluster {
     pub dir: PathBuf,
     pub name: String,
-    port_base: u16,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -131,13 +130,13 @@ impl TestCluster {
         let port_base = 20000 + (name.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 400) as u16 * 10;
         let dir = std::env::temp_dir().join(format!("allot-test-{name}"));
         if dir.join("run").exists() {
-            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).env("ALLOT_PORT_BASE", port_base.to_string()).output();
+            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).output();
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let budget_file = dir.join("budgets.toml");
         std::fs::write(&budget_file, budget).unwrap();
-        let cluster = TestCluster { dir, name: name.to_owned(), port_base, _serial: serial };
+        let cluster = TestCluster { dir, name: name.to_owned(), _serial: serial };
         let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
         assert!(sync.status.success(), "allot sync: {}", text(&sync));
         let up = Command::new(repo().join("scripts/cluster.sh"))
@@ -145,7 +144,6 @@ impl TestCluster {
             .env("ALLOT_PORT_BASE", port_base.to_string())
             .env("ALLOT_RECOMPUTE_PERIOD", options.recompute_period.to_string())
             .env("ALLOT_GRACE_TIME", options.grace.to_string())
-            .env("CARGO_TARGET_DIR", target_release().parent().unwrap())
             .output()
             .expect("scripts/cluster.sh runs");
         assert!(up.status.success(), "cluster up failed:\n{}", text(&up));
@@ -169,9 +167,7 @@ impl TestCluster {
             }
             None => Command::new(program),
         };
-        // Jobs write their output into the cluster directory, which test
-        // users may write to (below).
-        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.dir.join("jobs"));
+        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.job_dir());
         cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
     }
 
@@ -182,7 +178,6 @@ impl TestCluster {
 
     /// Submits a batch job as `user`; Ok(job id) or Err(what sbatch said).
     pub fn sbatch(&self, user: &str, args: &[&str]) -> Result<u32, String> {
-        self.job_dir();
         let mut full = vec!["--parsable", "-o", "/dev/null", "-e", "/dev/null"];
         full.extend_from_slice(args);
         let out = self.slurm(Some(user), "sbatch", &full);
@@ -194,33 +189,24 @@ impl TestCluster {
         }
     }
 
-    /// A directory every test user may write job scripts and output to.
+    /// A directory every test user may write job scripts and output to
+    /// (mode 1777, made by `cluster.sh up`); Slurm commands run there.
     pub fn job_dir(&self) -> PathBuf {
-        let jobs = self.dir.join("jobs");
-        if !jobs.exists() {
-            std::fs::create_dir_all(&jobs).unwrap();
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o1777)).unwrap();
-            std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-        }
-        jobs
+        self.dir.join("jobs")
     }
 
     /// Every job slurmctld knows.
     pub fn jobs(&self) -> Vec<JobInfo> {
-        self.job_dir();
         let out = self.slurm(None, "scontrol", &["show", "job", "-o"]);
         parse_jobs(&String::from_utf8_lossy(&out.stdout))
     }
 
     pub fn job(&self, id: u32) -> JobInfo {
-        self.job_dir();
         let out = self.slurm(None, "scontrol", &["show", "job", "-o", &id.to_string()]);
         parse_jobs(&String::from_utf8_lossy(&out.stdout)).into_iter().next().unwrap_or_else(|| panic!("no job {id}: {}", text(&out)))
     }
 
     pub fn scontrol(&self, args: &[&str]) -> Output {
-        self.job_dir();
         self.slurm(None, "scontrol", args)
     }
 
@@ -254,7 +240,6 @@ impl TestCluster {
     pub fn restart_slurmctld(&self) {
         let out = Command::new(repo().join("scripts/cluster.sh"))
             .args(["restart-ctld", self.dir.to_str().unwrap()])
-            .env("ALLOT_PORT_BASE", self.port_base.to_string())
             .output()
             .unwrap();
         assert!(out.status.success(), "restart-ctld: {}", text(&out));
@@ -271,7 +256,6 @@ impl Drop for TestCluster {
         }
         let down = Command::new(repo().join("scripts/cluster.sh"))
             .args(["down", self.dir.to_str().unwrap()])
-            .env("ALLOT_PORT_BASE", self.port_base.to_string())
             .output();
         match down {
             Ok(out) if out.status.success() => {
