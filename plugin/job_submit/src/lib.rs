@@ -33,10 +33,6 @@ pub struct JobSubmitAllot {
 
 allot_slurm::slurm_plugin!(job_submit, "job_submit/allot", "allot budget and contract checks", JobSubmitAllot);
 
-fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string())
-}
-
 /// Root and the Slurm user may charge any leaf (as they may use any account).
 fn is_admin(uid: u32) -> bool {
     uid == 0 || uid == allot_slurm::slurm_user_id()
@@ -67,7 +63,8 @@ impl JobSubmitAllot {
     /// Checks (and canonicalizes) a comment and an account for `user_id`.
     /// `account` is the one requested, or `None` to use the default leaf.
     fn check(&self, desc: &mut JobDesc<'_>, user_id: u32, comment: Option<&str>, account: Option<&str>, fill_account: bool) -> Result<(), Refusal> {
-        let Some(snapshot) = self.follower.as_ref().and_then(|f| f.load()) else {
+        let loaded = self.follower.as_ref().map(FollowerThread::load);
+        let Some(snapshot) = loaded.as_ref().and_then(|g| g.as_deref()) else {
             log::warn!("no budget has been read from {}: accepting the job unchecked", self.conf.ledger_path.display());
             return Ok(());
         };
@@ -76,7 +73,7 @@ impl JobSubmitAllot {
             let parsed = parse_comment(comment, snapshot.rules).map_err(contract_refusal)?;
             desc.set_comment(&parsed.canonical_comment());
         }
-        let user = user_name(user_id);
+        let user = allot_slurm::user_name(user_id);
         let leaf = match tree.leaf_for_job(&user, account) {
             Ok(leaf) => leaf,
             // Admins may charge any existing leaf.

@@ -50,7 +50,9 @@ impl Plugin for PreemptAllot {
 impl PreemptPlugin for PreemptAllot {
     fn preemptable(&self, preemptee: Job<'_>, preemptor: Job<'_>) -> bool {
         // (Only running preemptees get here: the export layer answers the rest.)
-        let Some(s) = self.follower.as_ref().and_then(|f| f.load()) else { return false };
+        let Some(follower) = &self.follower else { return false };
+        let loaded = follower.load();
+        let Some(s) = loaded.as_deref() else { return false };
         let running = running_job(&preemptee, &s.tree, s.rules);
         let waiting = waiting_job(&preemptor, &s.tree, s.rules);
         let decision = may_preempt(&running, &waiting, allot_slurm::now(), &s.ranking);
@@ -61,7 +63,8 @@ impl PreemptPlugin for PreemptAllot {
     }
 
     fn data(&self, job: Option<Job<'_>>, query: PreemptQuery<'_>) {
-        let snapshot = self.follower.as_ref().and_then(|f| f.load());
+        let loaded = self.follower.as_ref().map(FollowerThread::load);
+        let snapshot = loaded.as_ref().and_then(|g| g.as_deref());
         match query {
             PreemptQuery::Enabled(on) => *on = true,
             PreemptQuery::Mode(mode) => {
@@ -69,13 +72,13 @@ impl PreemptPlugin for PreemptAllot {
                 *mode = if resumable { sys::PREEMPT_MODE_REQUEUE } else { sys::PREEMPT_MODE_CANCEL } as u16;
             }
             PreemptQuery::Prio(prio) => {
-                *prio = match (job, &snapshot) {
+                *prio = match (job, snapshot) {
                     (Some(j), Some(s)) => preemption_order(&running_job(&j, &s.tree, s.rules), &s.ranking),
                     _ => PRIORITY_BOTTOM,
                 }
             }
             PreemptQuery::GraceTime(grace) => {
-                *grace = match (self.conf.grace_time, &snapshot) {
+                *grace = match (self.conf.grace_time, snapshot) {
                     (Some(g), _) => g,
                     (None, Some(s)) => s.tree.settings.grace.clamp(0, u32::MAX as i64) as u32,
                     (None, None) => 60,

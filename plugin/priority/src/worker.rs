@@ -25,7 +25,7 @@ use allot_ledger::{ContractRow, EventRow, LeafUsage, Ledger, Period, UsageSnapsh
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{Job, JobState};
 use allot_slurm::policy::{contract_of, leaf_of, pending_job, running_job};
-use allot_slurm::snapshot::{Follower, ProblemLog};
+use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
 use crate::runs::{Ending, Observed, RunBook};
 
@@ -97,12 +97,11 @@ enum RequeueWhy {
 }
 
 pub struct Worker {
-    pub ledger_path: PathBuf,
     pub period: Duration,
     pub order: Arc<Mutex<OrderState>>,
     pub signal: Arc<Signal>,
     follower: Follower,
-    writer: Option<(Ledger, Option<u64>)>,
+    writer: LedgerFile,
     writer_problems: ProblemLog,
     book: Option<RunBook>,
     tree_version: Option<(i64, usize)>,
@@ -116,11 +115,6 @@ pub struct Worker {
     names: UserNames,
 }
 
-fn inode(path: &std::path::Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| m.ino())
-}
-
 /// User names by uid: the worker names every job's user while holding
 /// slurmctld's job lock, where a name-service lookup per job would be slow.
 #[derive(Default)]
@@ -130,7 +124,7 @@ impl UserNames {
     fn of(&mut self, uid: u32) -> String {
         self.0
             .entry(uid)
-            .or_insert_with(|| nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string()))
+            .or_insert_with(|| allot_slurm::user_name(uid))
             .clone()
     }
 }
@@ -139,12 +133,11 @@ impl Worker {
     pub fn new(ledger_path: PathBuf, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>) -> Worker {
         let follower = Follower::new(&ledger_path);
         Worker {
-            ledger_path,
             period,
             order,
             signal,
             follower,
-            writer: None,
+            writer: LedgerFile::writable(&ledger_path),
             writer_problems: ProblemLog::default(),
             book: None,
             tree_version: None,
@@ -172,22 +165,13 @@ impl Worker {
     /// The ledger connection to write with, reopened if the file was
     /// replaced or deleted (a deleted ledger is recreated, empty).
     fn writer(&mut self) -> Result<&mut Ledger, String> {
-        let now_inode = inode(&self.ledger_path);
-        if matches!(&self.writer, Some((_, ino)) if *ino != now_inode || now_inode.is_none()) {
-            self.writer = None;
-        }
-        if self.writer.is_none() {
-            let l = Ledger::open(&self.ledger_path).map_err(|e| e.to_string())?;
-            self.writer = Some((l, inode(&self.ledger_path)));
-        }
-        Ok(&mut self.writer.as_mut().expect("set above").0)
+        self.writer.get().map(|(ledger, _)| ledger)
     }
 
     fn cycle(&mut self, ctld: &'static Slurmctld) {
         let now = allot_slurm::now();
         // 1. The budget, from the ledger (the follower keeps the last good one).
-        self.follower.refresh();
-        let Some((version, tree)) = self.follower.tree() else {
+        let Some((version, tree)) = self.follower.refresh_budget() else {
             log::debug!("no budget yet: leaving priorities alone");
             return;
         };
@@ -204,7 +188,7 @@ impl Worker {
             let rows = match rows {
                 Ok(rows) => rows,
                 Err(e) => {
-                    log::error!("cannot read past runs from {}: {e}; counting usage from now on", self.ledger_path.display());
+                    log::error!("cannot read past runs from {}: {e}; counting usage from now on", self.writer.path().display());
                     Vec::new()
                 }
             };
@@ -383,17 +367,17 @@ impl Worker {
 
     fn write_ledger(&mut self, snapshot: Option<UsageSnapshot>) {
         let runs = self.book.as_ref().map(|b| b.unwritten().to_vec()).unwrap_or_default();
-        let period = Period { runs, contracts: self.pending_contracts.clone(), events: self.pending_events.clone(), snapshot };
+        let period = Period { runs, contracts: std::mem::take(&mut self.pending_contracts), events: std::mem::take(&mut self.pending_events), snapshot };
         let result = self.writer().and_then(|l| l.record_period(&period).map_err(|e| e.to_string()));
         if result.is_ok() {
             if let Some(b) = self.book.as_mut() {
                 b.written(period.runs.len());
             }
-            self.pending_contracts.clear();
-            self.pending_events.clear();
         } else {
-            // Drop the connection; the next period reopens it.
-            self.writer = None;
+            // Keep them for the next period, which reopens the connection.
+            self.pending_contracts = period.contracts;
+            self.pending_events = period.events;
+            self.writer.close();
             // Keep memory bounded if the ledger stays broken for long.
             if self.pending_contracts.len() > 100_000 {
                 self.pending_contracts.drain(..50_000);

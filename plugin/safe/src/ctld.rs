@@ -145,11 +145,10 @@ impl Drop for Held<'_> {
     }
 }
 
-/// A node's name, configured GPUs and whether it is draining.
+/// A node's index, configured GPUs and whether it is draining.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeInfo {
     pub index: usize,
-    pub name: String,
     pub gpus: u32,
     pub draining: bool,
 }
@@ -203,11 +202,9 @@ impl Locked<'_> {
     /// Requeues a running or just-finished batch job, as `scontrol requeue`
     /// would as the Slurm user.
     pub fn requeue(&mut self, job: u32) -> Result<(), String> {
+        let uid = crate::slurm_user_id();
         // SAFETY: job_requeue expects the job write lock, which is held; a NULL message is what slurmctld's own callers pass.
-        let rc = unsafe {
-            let uid = (*std::ptr::addr_of!(sys::slurm_conf)).slurm_user_id;
-            (self.ctld.requeue)(uid, job, std::ptr::null_mut(), false, 0)
-        };
+        let rc = unsafe { (self.ctld.requeue)(uid, job, std::ptr::null_mut(), false, 0) };
         if rc == sys::SLURM_SUCCESS {
             Ok(())
         } else {
@@ -229,9 +226,8 @@ impl Locked<'_> {
             }
             for index in 0..count {
                 let Some(node) = (*table.add(index)).as_ref() else { continue };
-                let name = borrowed_str(node.name).unwrap_or("").to_owned();
                 let gpus = borrowed_str(node.gres).map_or(0, gpus_in_gres);
-                out.push(NodeInfo { index, name, gpus, draining: node.node_state & sys::NODE_STATE_DRAIN != 0 });
+                out.push(NodeInfo { index, gpus, draining: node.node_state & sys::NODE_STATE_DRAIN != 0 });
             }
         }
         out

@@ -5,8 +5,6 @@
 //! plugins) or inside [`crate::ctld::Locked`]. The views read the fields the
 //! policy needs and nothing else, and never keep a pointer past that scope.
 
-use std::ffi::CStr;
-
 use slurm_sys as sys;
 
 use crate::strings::{borrowed_str, replace_slurm_string};
@@ -130,8 +128,7 @@ impl<'a> Job<'a> {
             loop {
                 let item = sys::list_next(it) as *const sys::gres_state_t;
                 let Some(state) = item.as_ref() else { break };
-                let name = if state.gres_name.is_null() { None } else { CStr::from_ptr(state.gres_name).to_str().ok() };
-                if name == Some("gpu") {
+                if borrowed_str(state.gres_name) == Some("gpu") {
                     if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
                         total += job_state.total_gres;
                     }

@@ -52,6 +52,11 @@ pub fn load_allot_conf() -> Result<config::AllotConf, String> {
     Ok(conf)
 }
 
+/// The name of user `uid`, or the number if it has none.
+pub fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string())
+}
+
 /// The uid Slurm's daemons run as (`SlurmUser`).
 pub fn slurm_user_id() -> u32 {
     // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup.

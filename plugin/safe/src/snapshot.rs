@@ -60,14 +60,17 @@ impl ProblemLog {
     }
 }
 
-/// Reads the ledger into snapshots.
-pub struct Follower {
+/// The ledger file at a path, with a connection that follows the file: a
+/// ledger replaced or deleted under us is reopened, since a connection to an
+/// unlinked file would go on using a ledger nobody else sees.
+pub struct LedgerFile {
     path: PathBuf,
-    ledger: Option<(Ledger, u64)>,
-    seen: Option<(i64, i64)>,
-    published: Arc<ArcSwapOption<PolicySnapshot>>,
-    problems: ProblemLog,
-    tree: Option<(i64, Arc<BudgetTree>)>,
+    writable: bool,
+    /// The connection and the inode of the file it was opened on.
+    open: Option<(Ledger, u64)>,
+    /// Counts openings: what was read under another one may come from
+    /// another file (a deleted file's inode number may be reused).
+    generation: u64,
 }
 
 fn inode(path: &Path) -> Option<u64> {
@@ -75,26 +78,63 @@ fn inode(path: &Path) -> Option<u64> {
     std::fs::metadata(path).ok().map(|m| m.ino())
 }
 
+impl LedgerFile {
+    /// For reading: the file must exist.
+    pub fn read_only(path: impl Into<PathBuf>) -> LedgerFile {
+        LedgerFile { path: path.into(), writable: false, open: None, generation: 0 }
+    }
+    /// For writing: a missing file is created (empty, no budget).
+    pub fn writable(path: impl Into<PathBuf>) -> LedgerFile {
+        LedgerFile { path: path.into(), writable: true, open: None, generation: 0 }
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The connection, (re)opened if needed, and its generation: after a
+    /// reopening the file may be another, whose version numbers are a
+    /// different history.
+    pub fn get(&mut self) -> Result<(&mut Ledger, u64), String> {
+        let now_inode = inode(&self.path);
+        if self.open.as_ref().is_some_and(|(_, ino)| Some(*ino) != now_inode) {
+            self.open = None;
+        }
+        if self.open.is_none() {
+            let ledger = if self.writable { Ledger::open(&self.path) } else { Ledger::open_read_only(&self.path) }.map_err(|e| e.to_string())?;
+            let ino = inode(&self.path).ok_or_else(|| format!("{} vanished while opening it", self.path.display()))?;
+            self.open = Some((ledger, ino));
+            self.generation += 1;
+        }
+        let (ledger, _) = self.open.as_mut().expect("opened above");
+        Ok((ledger, self.generation))
+    }
+
+    /// Drops the connection (after an error): the next `get` reopens it.
+    pub fn close(&mut self) {
+        self.open = None;
+    }
+}
+
+/// Reads the ledger into snapshots.
+pub struct Follower {
+    ledger: LedgerFile,
+    /// (file generation, budget version, usage time) of the last snapshot.
+    seen: Option<(u64, i64, i64)>,
+    published: Arc<ArcSwapOption<PolicySnapshot>>,
+    problems: ProblemLog,
+    /// The last good budget: (file generation, version) it was read at.
+    /// Kept while the ledger is broken or gone, so scheduling goes on.
+    tree: Option<((u64, i64), Arc<BudgetTree>)>,
+}
+
 impl Follower {
     pub fn new(path: impl Into<PathBuf>) -> Follower {
-        Follower {
-            path: path.into(),
-            ledger: None,
-            seen: None,
-            published: Arc::new(ArcSwapOption::empty()),
-            problems: ProblemLog::default(),
-            tree: None,
-        }
+        Follower { ledger: LedgerFile::read_only(path), seen: None, published: Arc::new(ArcSwapOption::empty()), problems: ProblemLog::default(), tree: None }
     }
 
     /// The handle callbacks read from.
     pub fn handle(&self) -> Arc<ArcSwapOption<PolicySnapshot>> {
         self.published.clone()
-    }
-
-    /// The newest budget tree read, if any (for the priority plugin).
-    pub fn tree(&self) -> Option<(i64, Arc<BudgetTree>)> {
-        self.tree.clone()
     }
 
     /// Reads the ledger once; publishes a new snapshot if anything changed.
@@ -106,56 +146,47 @@ impl Follower {
         changed
     }
 
-    /// Makes sure `self.ledger` is an open connection to the current file.
-    fn connect(&mut self) -> Result<(), String> {
-        // A ledger replaced or deleted under us: drop the old connection,
-        // which would go on reading the unlinked file.
-        let now_inode = inode(&self.path);
-        if self.ledger.as_ref().map(|(_, ino)| Some(*ino)) != Some(now_inode) {
-            // A different file is a different history: its version numbers
-            // say nothing about what we cached from the old one.
-            self.ledger = None;
-            self.tree = None;
-            self.seen = None;
+    /// Reads only the current budget (for the priority plugin, which
+    /// computes usage itself). Returns its version and tree, or the last
+    /// good ones if the ledger cannot be read.
+    pub fn refresh_budget(&mut self) -> Option<(i64, Arc<BudgetTree>)> {
+        let result = self.read_budget().map(|_| ());
+        self.problems.report("reading the ledger", result);
+        self.tree.as_ref().map(|((_, version), tree)| (*version, tree.clone()))
+    }
+
+    /// The current budget, re-read only when its (file, version) changed.
+    fn read_budget(&mut self) -> Result<(u64, i64, Arc<BudgetTree>), String> {
+        let (ledger, generation) = self.ledger.get()?;
+        let version = ledger.current_budget_version().map_err(|e| e.to_string())?;
+        let Some(version) = version else {
+            return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.ledger.path().display()));
+        };
+        if let Some((key, tree)) = &self.tree {
+            if *key == (generation, version) {
+                return Ok((generation, version, tree.clone()));
+            }
         }
-        if self.ledger.is_none() {
-            let ino = now_inode.ok_or_else(|| format!("{} is missing (sync a budget with `allot sync`)", self.path.display()))?;
-            let l = Ledger::open_read_only(&self.path).map_err(|e| e.to_string())?;
-            self.ledger = Some((l, ino));
-        }
-        Ok(())
+        let stored = ledger.current_budget().map_err(|e| e.to_string())?.ok_or("the budget vanished while reading")?;
+        let tree = Arc::new(stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?);
+        self.tree = Some(((generation, stored.version), tree.clone()));
+        Ok((generation, stored.version, tree))
     }
 
     fn try_refresh(&mut self) -> Result<bool, String> {
-        self.connect()?;
-        let ledger = &self.ledger.as_ref().expect("connect() succeeded").0;
-        let version = ledger.current_budget_version().map_err(|e| e.to_string())?;
-        let snapshot = ledger.usage_snapshot().map_err(|e| e.to_string())?;
-        let Some(version) = version else {
-            return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.path.display()));
-        };
+        let (generation, version, tree) = self.read_budget()?;
+        let snapshot = self.ledger.get()?.0.usage_snapshot().map_err(|e| e.to_string())?;
         let usage_at = snapshot.as_ref().map_or(0, |s| s.computed_at);
-        if self.seen == Some((version, usage_at)) {
+        if self.seen == Some((generation, version, usage_at)) {
             return Ok(false);
         }
-        let tree = match &self.tree {
-            Some((v, t)) if *v == version => t.clone(),
-            _ => {
-                let stored = ledger.current_budget().map_err(|e| e.to_string())?.ok_or("the budget vanished while reading")?;
-                let tree = stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?;
-                let tree = Arc::new(tree);
-                self.tree = Some((stored.version, tree.clone()));
-                tree
-            }
+        let ranking = match &snapshot {
+            Some(s) => s.ranking(&tree),
+            None => Ranking::compute(&tree, &vec![0; tree.leaves.len()], tree.settings.gpus.unwrap_or(1), 0),
         };
-        let (charged, capacity) = match &snapshot {
-            Some(s) => (s.charged_for(&tree), s.capacity_gpus),
-            None => (vec![0; tree.leaves.len()], tree.settings.gpus.unwrap_or(1)),
-        };
-        let ranking = Ranking::compute(&tree, &charged, tree.settings.gpus.unwrap_or(capacity), usage_at);
         let rules = ContractRules::from(&tree.settings);
         self.published.store(Some(Arc::new(PolicySnapshot { budget_version: version, tree, rules, ranking, usage_at })));
-        self.seen = Some((version, usage_at));
+        self.seen = Some((generation, version, usage_at));
         Ok(true)
     }
 
@@ -199,9 +230,11 @@ impl FollowerThread {
         Ok(FollowerThread { published, stop, thread: Some(thread) })
     }
 
-    /// The current snapshot, if any was ever read. Lock-free.
-    pub fn load(&self) -> Option<Arc<PolicySnapshot>> {
-        self.published.load_full()
+    /// The current snapshot, if any was ever read. Lock-free, and without
+    /// touching the snapshot's reference count (preempt_p_preemptable calls
+    /// this for every running job on every pass).
+    pub fn load(&self) -> arc_swap::Guard<Option<Arc<PolicySnapshot>>> {
+        self.published.load()
     }
 }
 
@@ -263,6 +296,8 @@ mod tests {
         // Deleted, then a fresh ledger appears: followed again.
         std::fs::remove_file(&path).unwrap();
         assert!(!f.refresh());
+        let (version, tree) = f.refresh_budget().expect("the last good budget stays while the ledger is gone");
+        assert_eq!((version, tree.leaves.len()), (1, 2));
         let mut l = Ledger::open(&path).unwrap();
         let v2 = BUDGET.replace("share=1\naccounts=[\"b\"]", "share=3\naccounts=[\"b\"]");
         l.sync_budget(&v2, &BudgetTree::parse(&v2).unwrap(), "root", "t", 2).unwrap();
