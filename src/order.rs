@@ -80,8 +80,6 @@ pub struct PriorityMap {
     cursor: Vec<u32>,
     /// Per group: the lowest value its new jobs may take.
     floor: Vec<u32>,
-    /// Distance between two consecutive jobs of the order.
-    pub step: u32,
     /// A group ran out of reserved values since this map was built.
     pub exhausted: bool,
 }
@@ -118,7 +116,7 @@ impl PriorityMap {
             slot += 1;
         }
         // Whatever is left belongs to unknown leaves: the bottom value.
-        (PriorityMap { cursor, floor, step, exhausted: false }, priorities)
+        (PriorityMap { cursor, floor, exhausted: false }, priorities)
     }
 
     /// The priority of a job submitted since the map was built: after every
