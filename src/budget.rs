@@ -89,6 +89,87 @@ impl Default for ClusterSettings {
     }
 }
 
+impl ClusterSettings {
+    /// The rules the values must keep, each on its own and together: what
+    /// the budget parser refuses in a `[cluster]` table, for callers that
+    /// set values some other way (the simulator's command-line overrides).
+    /// Every broken rule is returned.
+    pub fn validate(&self) -> Result<(), Vec<SettingsError>> {
+        let mut broken = Vec::new();
+        if self.gpus == Some(0) {
+            broken.push(SettingsError::NoGpus);
+        }
+        if self.lookback <= 0 {
+            broken.push(SettingsError::Lookback);
+        }
+        for (field, value) in [("min_runtime_cap", self.min_runtime_cap), ("default_min_runtime", self.default_min_runtime), ("grace", self.grace)] {
+            if value < 0 {
+                broken.push(SettingsError::Negative { field, value });
+            }
+        }
+        if self.default_min_runtime > self.min_runtime_cap {
+            broken.push(SettingsError::DefaultAboveCap { default_min_runtime: self.default_min_runtime, min_runtime_cap: self.min_runtime_cap });
+        }
+        if !(self.preempt_margin.is_finite() && self.preempt_margin >= 0.0) {
+            broken.push(SettingsError::Margin);
+        }
+        if broken.is_empty() {
+            Ok(())
+        } else {
+            Err(broken)
+        }
+    }
+}
+
+/// A rule of [`ClusterSettings::validate`] that the values break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettingsError {
+    /// `gpus` is zero.
+    NoGpus,
+    /// `lookback` is not longer than zero.
+    Lookback,
+    /// A duration below zero.
+    Negative { field: &'static str, value: Seconds },
+    /// `default_min_runtime` is above `min_runtime_cap`.
+    DefaultAboveCap { default_min_runtime: Seconds, min_runtime_cap: Seconds },
+    /// `preempt_margin` is negative or not a number.
+    Margin,
+}
+
+impl SettingsError {
+    /// The `[cluster]` field the problem is reported at.
+    pub fn field(&self) -> &'static str {
+        self.fields()[0]
+    }
+
+    /// Every field whose value takes part in the rule, the reported one first.
+    pub fn fields(&self) -> &[&'static str] {
+        match self {
+            SettingsError::NoGpus => &["gpus"],
+            SettingsError::Lookback => &["lookback"],
+            SettingsError::Negative { field, .. } => std::slice::from_ref(field),
+            SettingsError::DefaultAboveCap { .. } => &["default_min_runtime", "min_runtime_cap"],
+            SettingsError::Margin => &["preempt_margin"],
+        }
+    }
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingsError::NoGpus => f.write_str("must be a positive whole number of GPUs"),
+            SettingsError::Lookback => f.write_str("the lookback window must be longer than zero"),
+            SettingsError::Negative { value, .. } => write!(f, "must not be negative ({value} s)"),
+            SettingsError::DefaultAboveCap { default_min_runtime, min_runtime_cap } => {
+                write!(f, "{} exceeds min_runtime_cap of {}", format_duration(*default_min_runtime), format_duration(*min_runtime_cap))
+            }
+            SettingsError::Margin => f.write_str("must be a number of at least 0, such as 0.1"),
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
+
 /// One node of the budget tree.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BudgetNode {
@@ -318,38 +399,29 @@ impl Parser<'_> {
             }
         };
         let lookback = self.duration(table, "lookback", defaults.lookback);
-        if lookback <= 0 {
-            self.error(Self::key_span(table, "lookback"), "cluster.lookback", "the lookback window must be longer than zero");
-        }
         let min_runtime_cap = self.duration(table, "min_runtime_cap", defaults.min_runtime_cap);
+        // A default that is not given follows a lower cap.
         let default_min_runtime = self.duration(table, "default_min_runtime", defaults.default_min_runtime.min(min_runtime_cap));
-        if default_min_runtime > min_runtime_cap {
-            self.error(
-                Self::key_span(table, "default_min_runtime"),
-                "cluster.default_min_runtime",
-                format!(
-                    "{} exceeds min_runtime_cap of {}",
-                    format_duration(default_min_runtime),
-                    format_duration(min_runtime_cap)
-                ),
-            );
-        }
         let grace = self.duration(table, "grace", defaults.grace);
-        let preempt_margin = match table.get("preempt_margin").map(|i| i.as_value()) {
+        let number = |v: &Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+        let preempt_margin = match table.get("preempt_margin").map(|i| i.as_value().and_then(number)) {
             None => defaults.preempt_margin,
-            Some(Some(v)) => match v.as_float().or_else(|| v.as_integer().map(|i| i as f64)) {
-                Some(m) if m.is_finite() && m >= 0.0 => m,
-                _ => {
-                    self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", "must be a number of at least 0, such as 0.1");
-                    defaults.preempt_margin
-                }
-            },
+            Some(Some(m)) => m,
             Some(None) => {
-                self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", "must be a number of at least 0, such as 0.1");
+                self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", SettingsError::Margin.to_string());
                 defaults.preempt_margin
             }
         };
-        ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin }
+        let settings = ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin };
+        // The rules on the values themselves (a value that could not be read
+        // has its error already, and the default in its place).
+        if let Err(broken) = settings.validate() {
+            for e in broken {
+                let field = e.field();
+                self.error(Self::key_span(table, field), format!("cluster.{field}"), e.to_string());
+            }
+        }
+        settings
     }
 
     /// Reads one node and, recursively, its children. Returns its id.
@@ -1064,6 +1136,45 @@ members = ["*"]
         let e = errors("[budget]\n[budget.a]\nshare = -1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\n[budget.c]\nshare = 1\naccounts = [\"c\"]\nfoo = 3\n");
         assert_eq!(e.len(), 3, "{e:?}");
         assert_eq!(e.iter().map(|e| e.line.unwrap()).collect::<Vec<_>>(), vec![3, 5, 10]);
+    }
+
+    #[test]
+    fn settings_rules_name_line_and_field() {
+        let budget = "[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n";
+        let e = errors(&format!("[cluster]\nlookback = \"0s\"\ngrace = \"1m\"\ndefault_min_runtime = \"9h\"\npreempt_margin = -0.5\n{budget}"));
+        let got: Vec<(Option<usize>, &str, &str)> = e.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
+        assert_eq!(
+            got,
+            vec![
+                (Some(2), "cluster.lookback", "the lookback window must be longer than zero"),
+                (Some(4), "cluster.default_min_runtime", "9h exceeds min_runtime_cap of 8h"),
+                (Some(5), "cluster.preempt_margin", "must be a number of at least 0, such as 0.1"),
+            ]
+        );
+        let e = errors(&format!("[cluster]\npreempt_margin = \"much\"\n{budget}"));
+        assert_eq!((e.len(), e[0].line, e[0].message.as_str()), (1, Some(2), "must be a number of at least 0, such as 0.1"));
+        // A default that is not given follows a lower cap.
+        let t = BudgetTree::parse(&format!("[cluster]\nmin_runtime_cap = \"30m\"\n{budget}")).unwrap();
+        assert_eq!(t.settings.default_min_runtime, 1800);
+    }
+
+    #[test]
+    fn validate_holds_every_rule() {
+        assert_eq!(ClusterSettings::default().validate(), Ok(()));
+        let bad = ClusterSettings {
+            gpus: Some(0),
+            lookback: 0,
+            min_runtime_cap: 3600,
+            default_min_runtime: 7200,
+            grace: -1,
+            preempt_margin: f64::NAN,
+        };
+        let broken = bad.validate().unwrap_err();
+        let fields: Vec<&str> = broken.iter().map(SettingsError::field).collect();
+        assert_eq!(fields, vec!["gpus", "lookback", "grace", "default_min_runtime", "preempt_margin"]);
+        let above = &broken[3];
+        assert_eq!(above.fields(), &["default_min_runtime", "min_runtime_cap"]);
+        assert_eq!(above.to_string(), "2h exceeds min_runtime_cap of 1h");
     }
 
     #[test]

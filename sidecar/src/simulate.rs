@@ -10,8 +10,8 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot::budget::BudgetTree;
-use allot::duration::parse_duration;
+use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
+use allot::duration::{format_duration, parse_duration};
 use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
 use allot_sim::{metrics, plot, prepare, simulate, ClusterSpec, Config, PolicyKind, Workload};
 use anyhow::{bail, Context};
@@ -120,7 +120,7 @@ struct RunArgs {
     /// Largest minimum runtime a job may declare (budget default 8h); larger declarations run with the cap.
     #[arg(long, value_parser = duration)]
     min_runtime_cap: Option<i64>,
-    /// Minimum runtime of a job whose row gives none (budget default 1h).
+    /// Minimum runtime of a job whose row gives none (budget default 1h, or the cap if lower).
     #[arg(long, value_parser = duration)]
     default_min_runtime: Option<i64>,
     /// Time from the preemption signal to the kill (budget default 5m).
@@ -248,42 +248,23 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let workload = read_workload(path, a.skip_bad_rows)?;
-    let mut tree = match &a.budgets {
+    let (mut tree, budget_gives_default) = match &a.budgets {
         Some(b) => {
             let text = fs::read_to_string(b).with_context(|| format!("cannot read the budget {}", b.display()))?;
-            BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?
+            let tree = BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?;
+            // Valid TOML: the budget parser has read it.
+            let doc = toml_edit::ImDocument::parse(text.as_str())?;
+            let gives_default = doc.get("cluster").and_then(|c| c.get("default_min_runtime")).is_some();
+            (tree, gives_default)
         }
-        None => prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?,
+        None => (prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?, false),
     };
-    let s = &mut tree.settings;
-    if let Some(v) = a.lookback {
-        if v <= 0 {
-            bail!("--lookback must be longer than zero");
-        }
-        s.lookback = v;
-    }
-    if let Some(v) = a.min_runtime_cap {
-        s.min_runtime_cap = v;
-    }
-    if let Some(v) = a.default_min_runtime {
-        s.default_min_runtime = v;
-    } else {
-        s.default_min_runtime = s.default_min_runtime.min(s.min_runtime_cap);
-    }
-    if s.default_min_runtime > s.min_runtime_cap {
-        bail!("--default-min-runtime ({}s) exceeds the minimum-runtime cap ({}s)", s.default_min_runtime, s.min_runtime_cap);
-    }
-    if let Some(v) = a.grace {
-        s.grace = v;
-    }
-    if let Some(m) = a.preempt_margin {
-        if !(m.is_finite() && m >= 0.0) {
-            bail!("--preempt-margin must be a number of at least 0");
-        }
-        s.preempt_margin = m;
-    }
+    apply_settings(&mut tree.settings, &a, budget_gives_default)?;
     if a.bf_max_job_test == 0 {
         bail!("--bf-max-job-test must be at least 1");
+    }
+    if a.bf_interval == 0 {
+        bail!("--bf-interval must be at least 1s");
     }
     // Fail on a missing font before spending time on the simulation.
     if a.plots.is_some() {
@@ -300,7 +281,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.bf_max_job_test = a.bf_max_job_test;
         cfg.preempt_max_job_test = a.preempt_max_job_test;
         cfg.default_queue_depth = a.default_queue_depth;
-        cfg.bf_interval = a.bf_interval.max(1);
+        cfg.bf_interval = a.bf_interval;
         cfg.horizon = a.horizon.map(|h| first + h);
         let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(1000);
@@ -373,12 +354,12 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         for (cfg, sim) in &sims {
             let name = cfg.policy.name();
             let shares = dir.join(format!("shares-{name}.png"));
-            plot::shares(&shares, &font, &workload, &cfg.tree, cluster, &sim.outcome).with_context(|| format!("cannot draw {}", shares.display()))?;
+            plot::shares(&shares, &font, &cfg.tree, cluster, &sim.outcome).with_context(|| format!("cannot draw {}", shares.display()))?;
             eprintln!("wrote {}", shares.display());
             if cluster.capacity() <= plot::GANTT_MAX_GPUS {
                 let gantt = dir.join(format!("gantt-{name}.png"));
                 let window = (first + a.gantt_from, first + a.gantt_to);
-                plot::gantt(&gantt, &font, &workload, &cfg.tree, cluster, &sim.outcome, window).with_context(|| format!("cannot draw {}", gantt.display()))?;
+                plot::gantt(&gantt, &font, &cfg.tree, cluster, &sim.outcome, window).with_context(|| format!("cannot draw {}", gantt.display()))?;
                 eprintln!("wrote {}", gantt.display());
             } else {
                 eprintln!("no Gantt chart: it draws one row per GPU, for clusters of at most {} GPUs", plot::GANTT_MAX_GPUS);
@@ -386,6 +367,63 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Puts the command line's policy settings over the budget's, as if they
+/// were written in its `[cluster]` table: a default minimum runtime that the
+/// budget does not give follows the cap, by the budget parser's rule.
+/// Settings the parser would refuse are refused, naming the flags.
+fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bool) -> anyhow::Result<()> {
+    // (field, the flag as given) for every override.
+    let mut given: Vec<(&str, String)> = Vec::new();
+    let duration = |flag: &str, v: i64| format!("{flag} {}", format_duration(v));
+    if let Some(v) = a.lookback {
+        s.lookback = v;
+        given.push(("lookback", duration("--lookback", v)));
+    }
+    if let Some(v) = a.min_runtime_cap {
+        s.min_runtime_cap = v;
+        given.push(("min_runtime_cap", duration("--min-runtime-cap", v)));
+        if !budget_gives_default {
+            s.default_min_runtime = ClusterSettings::default().default_min_runtime.min(v);
+        }
+    }
+    if let Some(v) = a.default_min_runtime {
+        s.default_min_runtime = v;
+        given.push(("default_min_runtime", duration("--default-min-runtime", v)));
+    }
+    if let Some(v) = a.grace {
+        s.grace = v;
+        given.push(("grace", duration("--grace", v)));
+    }
+    if let Some(v) = a.preempt_margin {
+        s.preempt_margin = v;
+        given.push(("preempt_margin", format!("--preempt-margin {v}")));
+    }
+    let Err(broken) = s.validate() else { return Ok(()) };
+    let messages: Vec<String> = broken
+        .iter()
+        .map(|e| {
+            let flags: Vec<&str> = given.iter().filter(|(field, _)| e.fields().contains(field)).map(|(_, flag)| flag.as_str()).collect();
+            let what = match e {
+                SettingsError::DefaultAboveCap { default_min_runtime, min_runtime_cap } => {
+                    let hint = if a.default_min_runtime.is_none() { " (the budget's default_min_runtime: give --default-min-runtime too)" } else { "" };
+                    format!(
+                        "the default minimum runtime {}{hint} exceeds the minimum-runtime cap of {}",
+                        format_duration(*default_min_runtime),
+                        format_duration(*min_runtime_cap)
+                    )
+                }
+                _ => format!("{}: {e}", e.field()),
+            };
+            if flags.is_empty() {
+                format!("the budget's {what}")
+            } else {
+                format!("{}: {what}", flags.join(" with "))
+            }
+        })
+        .collect();
+    bail!("{}", messages.join("\n"))
 }
 
 #[cfg(test)]
@@ -478,5 +516,40 @@ mod tests {
         assert!(e.contains("exceeds the minimum-runtime cap"), "{e}");
         let e = allot(&[path, "--cluster", "1x8", "--lookback", "7"]).unwrap_err().to_string();
         assert!(e.contains("give a unit"), "{e}");
+    }
+
+    #[test]
+    fn overrides_keep_the_budget_rules_and_name_their_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let csv = dir.path().join("w.csv");
+        fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n").unwrap();
+        let path = csv.to_str().unwrap();
+        let json = dir.path().join("r.json");
+        let settings = |args: &[&str]| -> serde_json::Value {
+            let mut all = vec![path, "--cluster", "1x8", "-q", "--no-timing", "--json", json.to_str().unwrap()];
+            all.extend_from_slice(args);
+            allot(&all).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&fs::read(&json).unwrap()).unwrap()["settings"].clone()
+        };
+        // No budget file: the default minimum runtime follows a lower cap, as the budget parser's does.
+        let s = settings(&["--min-runtime-cap", "30m"]);
+        assert_eq!((s["min_runtime_cap_s"].as_i64(), s["default_min_runtime_s"].as_i64()), (Some(1800), Some(1800)));
+        // A budget that gives its default: a lower cap is refused, not applied by lowering the default.
+        let budget = dir.path().join("b.toml");
+        fs::write(&budget, "[cluster]\ndefault_min_runtime = \"1h\"\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n").unwrap();
+        let b = budget.to_str().unwrap();
+        let e = allot(&[path, "--cluster", "1x8", "-q", "--budgets", b, "--min-runtime-cap", "30m"]).unwrap_err().to_string();
+        assert!(e.contains("--min-runtime-cap 30m: the default minimum runtime 1h"), "{e}");
+        assert!(e.contains("exceeds the minimum-runtime cap of 30m") && e.contains("give --default-min-runtime too"), "{e}");
+        let s = settings(&["--budgets", b, "--min-runtime-cap", "30m", "--default-min-runtime", "10m"]);
+        assert_eq!((s["min_runtime_cap_s"].as_i64(), s["default_min_runtime_s"].as_i64()), (Some(1800), Some(600)));
+        let e = allot(&[path, "--cluster", "1x8", "--lookback", "0s"]).unwrap_err().to_string();
+        assert!(e.contains("--lookback 0: lookback: the lookback window must be longer than zero"), "{e}");
+        let e = allot(&[path, "--cluster", "1x8", "--preempt-margin=-0.5"]).unwrap_err().to_string();
+        assert!(e.contains("--preempt-margin -0.5: preempt_margin: must be a number of at least 0"), "{e}");
+        let e = allot(&[path, "--cluster", "1x8", "--bf-interval", "0"]).unwrap_err().to_string();
+        assert!(e.contains("--bf-interval must be at least 1s"), "{e}");
+        // The JSON reports the interval the simulation used.
+        assert_eq!(settings(&["--bf-interval", "1s"])["bf_interval_s"].as_i64(), Some(1));
     }
 }

@@ -1,5 +1,6 @@
 //! Invariants of a finished simulation, checked from its record alone (the
-//! runs and the job outcomes), independently of the engine's own books.
+//! runs and the job outcomes, and the jobs as `prepare` resolved them before
+//! the run), independently of the engine's own books.
 //!
 //! 1. No GPU is held by two runs at once, and never more GPUs are in use
 //!    than the cluster has.
@@ -7,8 +8,11 @@
 //!    exactly its runtime plus the work it lost; the report's total is the
 //!    sum of the runs; each leaf's delivered log matches its runs.
 //! 3. No protected run was preempted inside its protection (allot: an
-//!    allocated run before its minimum runtime; baseline: a run that declared
-//!    a minimum runtime, ever), and every kill came after the grace time.
+//!    allocated run before its minimum runtime, as the policy core's
+//!    `RunningJob::protected_until` counts it from the job's contract; baseline:
+//!    a run that declared a minimum runtime, ever), every run records that
+//!    protection as its `preemptible_from`, and every kill came after the
+//!    grace time.
 //! 4. Unallocated time is never charged: each leaf's charged GPU-seconds
 //!    are exactly its allocated runs' (recomputed with the policy core's
 //!    `usage_in_window`), and no run of an unallocated job is charged.
@@ -17,16 +21,16 @@
 use std::collections::HashMap;
 
 use allot::occupancy::{usage_in_window, Interval};
+use allot::preempt::RunningJob;
 
 use crate::engine::{Config, Fate, PolicyKind, RunEnd};
-use crate::prepare::prepare;
 use crate::{Simulation, Workload};
 
 /// Every violation found, in words; empty when all hold.
 pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<String> {
     let mut bad = Vec::new();
     let out = &sim.outcome;
-    let prepared = prepare(workload, &cfg.tree, cfg.cluster);
+    let prepared = &out.prepared;
     let capacity = cfg.cluster.capacity() as i64;
 
     // 1. Slots: no overlap per GPU; total in use never above capacity.
@@ -139,15 +143,22 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
         }
     }
 
-    // 3. Protection.
+    // 3. Protection, from the job's contract (not from what the run records).
     for r in &out.runs {
+        let contract = prepared.contract[r.job as usize];
+        let protected_until = match cfg.policy {
+            PolicyKind::Allot => RunningJob { leaf: prepared.leaf[r.job as usize], contract, run_start: r.start }.protected_until(),
+            // Allocated runs are never preemptible; unallocated ones always.
+            PolicyKind::Baseline if contract.is_allocated() => i64::MAX,
+            PolicyKind::Baseline => r.start,
+        };
+        if r.preemptible_from != protected_until {
+            bad.push(format!(
+                "run of job {} from {} records preemptible from {}, its contract says {protected_until}",
+                workload.jobs[r.job as usize].job_id, r.start, r.preemptible_from
+            ));
+        }
         if let RunEnd::Preempted { signal } = r.ended {
-            let contract = prepared.contract[r.job as usize];
-            let protected_until = match cfg.policy {
-                PolicyKind::Allot if contract.is_allocated() => r.start + contract.min_runtime,
-                PolicyKind::Allot => r.start,
-                PolicyKind::Baseline => r.preemptible_from,
-            };
             if signal < protected_until {
                 bad.push(format!(
                     "job {} preempted at {signal}, inside its protection until {protected_until} (run from {})",
@@ -207,4 +218,40 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
         bad.push(format!("{} jobs unfinished in a run without a horizon", r.jobs_unfinished));
     }
     bad
+}
+
+#[cfg(test)]
+mod tests {
+    use allot::budget::BudgetTree;
+
+    use super::*;
+    use crate::{simulate, ClusterSpec};
+
+    /// A run that the engine let be preempted inside its protection, and
+    /// said so in its own record, is still caught: the protection comes
+    /// from the job's contract.
+    #[test]
+    fn a_preemption_inside_the_protection_is_caught_whatever_the_run_records() {
+        let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,priority\n1,0,1,7200,a,3600,true,normal\n";
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        let tree = BudgetTree::parse("[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n").unwrap();
+        for policy in [PolicyKind::Allot, PolicyKind::Baseline] {
+            let cfg = Config::new(ClusterSpec { nodes: 1, gpus_per_node: 1 }, tree.clone(), policy);
+            let mut sim = simulate(&w, &cfg, &mut |_| {});
+            assert_eq!(invariants(&w, &cfg, &sim), Vec::<String>::new());
+            // Job 1 (allocated, one hour of protection) as if signalled half an
+            // hour into its run, and recorded as preemptible throughout.
+            let r = sim.outcome.runs.iter_mut().find(|r| r.job == 0).unwrap();
+            r.ended = RunEnd::Preempted { signal: r.start + 1800 };
+            r.preemptible_from = r.start;
+            let broken = invariants(&w, &cfg, &sim);
+            let until = match policy {
+                PolicyKind::Allot => 3600,
+                PolicyKind::Baseline => i64::MAX,
+            };
+            for want in [format!("inside its protection until {until}"), format!("its contract says {until}")] {
+                assert!(broken.iter().any(|b| b.contains(&want)), "{policy:?}: no '{want}' in {broken:#?}");
+            }
+        }
+    }
 }

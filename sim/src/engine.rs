@@ -94,7 +94,8 @@ pub struct Config {
     /// Pending jobs the main scheduler considers at each event (Slurm's
     /// `default_queue_depth`); it stops at the first that cannot start.
     pub default_queue_depth: usize,
-    /// Seconds between backfill passes while jobs wait (Slurm's `bf_interval`).
+    /// Seconds between backfill passes while jobs wait (Slurm's
+    /// `bf_interval`); at least 1 (smaller values count as 1).
     pub bf_interval: i64,
     /// Stop here (absolute time); `None`: run until every job is done.
     pub horizon: Option<i64>,
@@ -158,7 +159,8 @@ pub struct Run {
     /// Charged to the job's budget leaf (allot: an allocated run).
     pub charged: bool,
     /// The run may be preempted from here on (`start`: throughout; past
-    /// `end`: never).
+    /// `end`: never). Allot: the policy core's
+    /// `RunningJob::protected_until`; baseline: never for allocated runs.
     pub preemptible_from: i64,
     pub ended: RunEnd,
     /// Seconds of this run's work lost (not checkpointed, or cancelled).
@@ -192,6 +194,8 @@ pub struct JobOutcome {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub policy: PolicyKind,
+    /// The jobs as resolved before the run: leaf, contract, GPUs held, refusals.
+    pub prepared: Prepared,
     pub runs: Vec<Run>,
     pub jobs: Vec<JobOutcome>,
     /// Per leaf: (time, change of GPUs wanted by the leaf's queued and running jobs).
@@ -245,6 +249,10 @@ struct JobRt {
     status: Status,
     /// Valid unless refused.
     leaf: u32,
+    /// Allocated (declares a minimum runtime): its runs are protected from
+    /// preemption (allot: until the minimum runtime ends; baseline: always)
+    /// and charged (allot) or counted against the team's limit (baseline).
+    /// Otherwise they are free for any allocated job to take.
     contract: Contract,
     held: u32,
     /// Work saved so far (completed runs' checkpoints).
@@ -261,11 +269,6 @@ struct JobRt {
     /// Grace: the job that gets these GPUs. Starting: GPUs still owed, per node.
     claim_for: Option<u32>,
     owed: Vec<(u32, u32)>,
-    /// The current run declared a minimum runtime: protected from preemption
-    /// (allot: until the minimum runtime ends; baseline: always) and charged
-    /// (allot) or counted against the team's limit (baseline). Otherwise it
-    /// is free for any protected job to take.
-    guaranteed: bool,
     /// Allot: past its minimum runtime, in `unprotected[leaf]`.
     unprotected: bool,
     /// Key in `releases`.
@@ -309,7 +312,7 @@ impl Shadow {
         self.slack.iter().find(|(n, _)| *n == node).map(|&(_, s)| s)
     }
     fn allows(&self, node: u32, gpus: u32, end: i64) -> bool {
-        end <= self.time || self.slack_of(node).map_or(true, |s| s >= gpus)
+        end <= self.time || self.slack_of(node).is_none_or(|s| s >= gpus)
     }
     fn consume(&mut self, node: u32, gpus: u32, end: i64) {
         if end > self.time {
@@ -337,6 +340,8 @@ struct PreemptPlan {
 pub(crate) struct Engine<'a> {
     cfg: &'a Config,
     workload: &'a Workload,
+    /// Handed on to the outcome.
+    prepared: Prepared,
     jobs: Vec<JobRt>,
     nodes: Nodes,
     g: u32,
@@ -410,16 +415,8 @@ pub(crate) struct Engine<'a> {
     extra: Vec<u32>,
 }
 
-fn level_index(p: PriorityLevel) -> usize {
-    match p {
-        PriorityLevel::High => 0,
-        PriorityLevel::Normal => 1,
-        PriorityLevel::Low => 2,
-    }
-}
-
 impl<'a> Engine<'a> {
-    pub fn new(cfg: &'a Config, workload: &'a Workload, prepared: &Prepared) -> Engine<'a> {
+    pub fn new(cfg: &'a Config, workload: &'a Workload, prepared: Prepared) -> Engine<'a> {
         let leaves = cfg.tree.leaves.len();
         let start = workload.jobs.first().map_or(0, |j| j.submit);
         let mut jobs: Vec<JobRt> = (0..workload.jobs.len())
@@ -438,7 +435,6 @@ impl<'a> Engine<'a> {
                 alloc: Vec::new(),
                 claim_for: None,
                 owed: Vec::new(),
-                guaranteed: false,
                 unprotected: false,
                 release_key: None,
                 preemptions: 0,
@@ -474,6 +470,7 @@ impl<'a> Engine<'a> {
         Engine {
             cfg,
             workload,
+            prepared,
             failed_search: vec![None; jobs.len()],
             leaf_fail: vec![(u64::MAX, 0); leaves],
             allowed_list: vec![Vec::new(); leaves],
@@ -582,7 +579,7 @@ impl<'a> Engine<'a> {
             while self.peek_time() == Some(now) {
                 let (_, kind, job, run) = self.next_event().expect("peeked");
                 self.events += 1;
-                if self.events % 8192 == 0 {
+                if self.events.is_multiple_of(8192) {
                     progress(now);
                 }
                 if kind == EV_BACKFILL {
@@ -670,7 +667,7 @@ impl<'a> Engine<'a> {
             }
             EV_PROTECTION_END => {
                 let job = &self.jobs[j as usize];
-                if job.run_no != run || job.status != Status::Running || !job.guaranteed || job.unprotected {
+                if job.run_no != run || job.status != Status::Running || !job.contract.is_allocated() || job.unprotected {
                     return false;
                 }
                 let leaf = job.leaf as usize;
@@ -687,7 +684,8 @@ impl<'a> Engine<'a> {
 
     fn group_of(&self, j: u32) -> usize {
         let job = &self.jobs[j as usize];
-        let level = level_index(job.contract.priority);
+        // High first: the reverse of `PriorityLevel`'s order.
+        let level = PriorityLevel::High as usize - job.contract.priority as usize;
         let tier = usize::from(!job.contract.is_allocated());
         match self.cfg.policy {
             PolicyKind::Allot => (tier * self.leaves + job.leaf as usize) * 3 + level,
@@ -739,20 +737,18 @@ impl<'a> Engine<'a> {
     fn begin_run(&mut self, j: u32, now: i64, alloc: Vec<(u32, u64)>) {
         let remaining = self.remaining(j);
         let allot = self.cfg.policy == PolicyKind::Allot;
-        // Protected and (allot) charged, or (baseline) counted against the
-        // team's limit: the job declared a minimum runtime. Only unallocated
-        // (`min_runtime=0`) jobs run preemptible.
-        let guaranteed = self.jobs[j as usize].contract.is_allocated();
         let job = &mut self.jobs[j as usize];
         job.status = Status::Running;
         job.run_no += 1;
         job.run_start = now;
         job.natural_end = now + remaining;
         job.first_start.get_or_insert(now);
-        job.guaranteed = guaranteed;
         job.unprotected = false;
         job.claim_for = None;
-        let (leaf, held, run_no, min_runtime) = (job.leaf, job.held, job.run_no, job.contract.min_runtime);
+        // Protected and (allot) charged, or (baseline) counted against the
+        // team's limit: the job declared a minimum runtime. Only unallocated
+        // (`min_runtime=0`) jobs run preemptible.
+        let (leaf, held, run_no, allocated) = (job.leaf, job.held, job.run_no, job.contract.is_allocated());
         for &(n, _) in &alloc {
             if !self.on_node[n as usize].contains(&j) {
                 self.on_node[n as usize].push(j);
@@ -761,11 +757,12 @@ impl<'a> Engine<'a> {
         self.jobs[j as usize].alloc = alloc;
         self.push(now + remaining, EV_RELEASE, j, run_no);
         self.set_release(j, now + remaining);
-        if guaranteed {
+        if allocated {
             if allot {
                 self.window.change(leaf, now, held as i64);
-                if min_runtime < remaining {
-                    self.push(now + min_runtime, EV_PROTECTION_END, j, run_no);
+                let until = self.running_view(j).protected_until();
+                if until < now + remaining {
+                    self.push(until, EV_PROTECTION_END, j, run_no);
                 }
             } else {
                 self.guaranteed_gpus[leaf as usize] += held;
@@ -784,12 +781,12 @@ impl<'a> Engine<'a> {
     fn end_run(&mut self, j: u32, now: i64, ended: RunEnd, lost: i64) {
         let allot = self.cfg.policy == PolicyKind::Allot;
         let job = &self.jobs[j as usize];
-        let (leaf, held, start, guaranteed, status) = (job.leaf, job.held, job.run_start, job.guaranteed, job.status);
-        let charged = allot && guaranteed;
+        let (leaf, held, start, allocated, status) = (job.leaf, job.held, job.run_start, job.contract.is_allocated(), job.status);
+        let charged = allot && allocated;
         if status == Status::Running {
             self.drop_victim_books(j);
         }
-        if guaranteed {
+        if allocated {
             if allot {
                 self.window.change(leaf, now, -(held as i64));
                 self.charged[leaf as usize] += held as i64 * (now - start);
@@ -814,9 +811,9 @@ impl<'a> Engine<'a> {
             }
         }
         let preemptible_from = match self.cfg.policy {
-            PolicyKind::Allot if guaranteed => start + self.jobs[j as usize].contract.min_runtime,
-            _ if guaranteed => i64::MAX,
-            _ => start,
+            PolicyKind::Allot => self.running_view(j).protected_until(),
+            PolicyKind::Baseline if allocated => i64::MAX,
+            PolicyKind::Baseline => start,
         };
         self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost });
         self.growth += 1;
@@ -852,7 +849,7 @@ impl<'a> Engine<'a> {
     fn drop_victim_books(&mut self, j: u32) {
         let job = &self.jobs[j as usize];
         let (leaf, held) = (job.leaf as usize, job.held);
-        if !job.guaranteed {
+        if !job.contract.is_allocated() {
             self.free_for_all_gpus -= held;
             self.victim_books_on_nodes(j, false, -1);
         } else if job.unprotected {
@@ -978,7 +975,7 @@ impl<'a> Engine<'a> {
                     // preempt does nothing: visit only sizes that might.
                     self.next_that_might_start(g, cursor, &st, ranking.as_ref())
                 };
-                let Some(j) = next.filter(|&j| cutoff.map_or(true, |c| j <= c)) else { break };
+                let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
                 cursor = Some(j);
                 if !self.try_job(j, now, &mut st, ranking.as_ref()) {
                     break 'groups;
@@ -1095,7 +1092,7 @@ impl<'a> Engine<'a> {
 
     /// Free GPUs for a job of `held` GPUs ending at `end`: (node, GPUs) pairs.
     fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>) -> Option<Vec<(u32, u32)>> {
-        let ok = |n: u32, gpus: u32| shadow.map_or(true, |s| s.allows(n, gpus, end));
+        let ok = |n: u32, gpus: u32| shadow.is_none_or(|s| s.allows(n, gpus, end));
         if held <= self.g {
             self.nodes.best_fit(held, |n| ok(n, held)).map(|n| vec![(n, held)])
         } else {
@@ -1143,7 +1140,7 @@ impl<'a> Engine<'a> {
         }
         match ranking {
             Some(r) => may_preempt(&self.running_view(v), &self.waiting_view(j), now, r).allowed(),
-            None => !victim.guaranteed,
+            None => !victim.contract.is_allocated(),
         }
     }
 
@@ -1152,7 +1149,7 @@ impl<'a> Engine<'a> {
     /// `allowed`, filled by `victim_gpus` this pass).
     fn is_victim_by_books(&self, v: u32, w: usize) -> bool {
         let victim = &self.jobs[v as usize];
-        victim.status == Status::Running && (!victim.guaranteed || (victim.unprotected && self.allowed[w * self.leaves + victim.leaf as usize]))
+        victim.status == Status::Running && (!victim.contract.is_allocated() || (victim.unprotected && self.allowed[w * self.leaves + victim.leaf as usize]))
     }
 
     /// Victim order, lowest first: the policy's `preemption_order`, then
@@ -1162,7 +1159,7 @@ impl<'a> Engine<'a> {
         let order = match ranking {
             Some(r) => preemption_order(&self.running_view(v), r),
             // Baseline: low priority first, when levels are in use.
-            None if self.cfg.baseline_priority_levels => 2 - level_index(job.contract.priority) as u32,
+            None if self.cfg.baseline_priority_levels => job.contract.priority as u32,
             None => 0,
         };
         (order, -job.run_start, self.workload.jobs[v as usize].job_id)
@@ -1346,10 +1343,10 @@ impl<'a> Engine<'a> {
                 .map(|v| {
                     let job = &self.jobs[v as usize];
                     format!(
-                        "job {v} leaf {} held {} guaranteed {} unprotected {} policy {}",
+                        "job {v} leaf {} held {} allocated {} unprotected {} policy {}",
                         job.leaf,
                         job.held,
-                        job.guaranteed,
+                        job.contract.is_allocated(),
                         job.unprotected,
                         self.is_victim(v, j, now, ranking)
                     )
@@ -1513,6 +1510,7 @@ impl<'a> Engine<'a> {
         }
         Outcome {
             policy: self.cfg.policy,
+            prepared: self.prepared,
             runs: self.runs,
             jobs: out_jobs,
             demand_log: self.demand_log,

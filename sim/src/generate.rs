@@ -63,6 +63,11 @@ fn pick<T: Copy>(rng: &mut ChaCha8Rng, table: &[(f64, T)]) -> T {
     table[table.len() - 1].1
 }
 
+/// Minimum runtimes of debug jobs and of training jobs, equally likely, in
+/// the scenario and in the trace rule.
+const DEBUG_MIN_RUNTIMES: [(f64, i64); 3] = [(1.0, 5 * MINUTE), (1.0, 10 * MINUTE), (1.0, 15 * MINUTE)];
+const TRAINING_MIN_RUNTIMES: [(f64, i64); 4] = [(1.0, HOUR), (1.0, 2 * HOUR), (1.0, 4 * HOUR), (1.0, 8 * HOUR)];
+
 /// Job kinds of the scenario, by share of submissions.
 const KINDS: [(f64, &str); 5] = [(0.62, "debug"), (0.24, "training"), (0.015, "multinode"), (0.10, "sweep"), (0.025, "interactive")];
 
@@ -75,13 +80,13 @@ fn job_shape(rng: &mut ChaCha8Rng, kind: &str, gpus_per_node: u32) -> (u32, i64,
         "debug" => {
             let gpus = pick(rng, &[(0.65, 1), (0.2, 2), (0.1, 4), (0.05, 8)]).min(node);
             let runtime = lognormal(rng, 12.0 * MINUTE as f64, 0.8, 60.0, 2.0 * HOUR as f64);
-            let min_runtime = pick(rng, &[(1.0, 5 * MINUTE), (1.0, 10 * MINUTE), (1.0, 15 * MINUTE)]);
+            let min_runtime = pick(rng, &DEBUG_MIN_RUNTIMES);
             (gpus, runtime, min_runtime, false, High)
         }
         "training" => {
             let gpus = pick(rng, &[(0.4, 1), (0.25, 2), (0.2, 4), (0.15, 8)]).min(node);
             let runtime = lognormal(rng, 2.0 * HOUR as f64, 1.1, 20.0 * MINUTE as f64, 7.0 * DAY as f64);
-            let min_runtime = pick(rng, &[(1.0, HOUR), (1.0, 2 * HOUR), (1.0, 4 * HOUR), (1.0, 8 * HOUR)]);
+            let min_runtime = pick(rng, &TRAINING_MIN_RUNTIMES);
             let resumable = rng.gen::<f64>() < 0.9;
             (gpus, runtime, min_runtime, resumable, pick(rng, &[(0.9, Normal), (0.1, Low)]))
         }
@@ -180,9 +185,8 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
         let gpus_wanted = p.load * p.cluster.capacity() as f64 * effective[t] * appetite[t] / norm;
         let rate = gpus_wanted / mean_job / mean_mult; // jobs per second at multiplier 1
         let peak = 1.5 * BURST; // largest multiplier: daily peak x burst
-                                // Thinning: candidates at the peak rate, kept in proportion to the multiplier.
+        // Thinning: candidates at the peak rate, kept in proportion to the multiplier.
         let mut time = 0.0f64;
-        let mut user_count = 0;
         loop {
             time += -(1.0 - rng.gen::<f64>()).ln() / (rate * peak);
             let ts = time as i64;
@@ -194,7 +198,6 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
             }
             let kind = pick(&mut rng, &KINDS);
             let (gpus, runtime, min_runtime, resumable, priority) = job_shape(&mut rng, kind, p.cluster.gpus_per_node);
-            user_count += 1;
             let user = format!("{}-u{}", names[t], zipf_user(&mut rng, 8));
             jobs.push(Job {
                 job_id: 0,
@@ -209,7 +212,6 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
                 kind: kind_index(kind),
             });
         }
-        let _ = user_count;
     }
     jobs.sort_by_key(|j| (j.submit, j.team));
     for (i, j) in jobs.iter_mut().enumerate() {
@@ -287,8 +289,8 @@ pub fn derive(trace: &Workload, d: &DeriveParams, gpus_per_node: u32) -> Workloa
             // Draw everything every time, so one job's draws do not depend on the columns present.
             let shift = rng.gen_range(-HOUR..=HOUR);
             let user = zipf_user(&mut rng, 8);
-            let debug_min = pick(&mut rng, &[(1.0, 5 * MINUTE), (1.0, 10 * MINUTE), (1.0, 15 * MINUTE)]);
-            let train_min = pick(&mut rng, &[(1.0, HOUR), (1.0, 2 * HOUR), (1.0, 4 * HOUR), (1.0, 8 * HOUR)]);
+            let debug_min = pick(&mut rng, &DEBUG_MIN_RUNTIMES);
+            let train_min = pick(&mut rng, &TRAINING_MIN_RUNTIMES);
             let sweep = rng.gen::<f64>() < 0.1;
             let resumable = rng.gen::<f64>() < 0.8;
             let low = rng.gen::<f64>() < 0.1;

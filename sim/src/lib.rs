@@ -54,8 +54,8 @@ pub fn simulate(workload: &Workload, cfg: &Config, progress: &mut dyn FnMut(f64)
     let mut on_progress = |now: i64| progress(((now - first) as f64 / span).clamp(0.0, 1.0));
     // The one wall-clock read: how long the simulation itself took.
     let started = std::time::Instant::now();
-    let outcome = engine::Engine::new(cfg, workload, &prepared).run(&mut on_progress);
+    let outcome = engine::Engine::new(cfg, workload, prepared).run(&mut on_progress);
     let sim_seconds = started.elapsed().as_secs_f64();
-    let report = metrics::report(workload, &cfg.tree, cfg.cluster, &outcome, prepared.clamped_to_cap, Some(sim_seconds));
+    let report = metrics::report(workload, &cfg.tree, cfg.cluster, &outcome, Some(sim_seconds));
     Simulation { outcome, report }
 }

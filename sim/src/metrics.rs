@@ -205,15 +205,29 @@ pub fn owed_in_hour(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Ve
     tree.leaves.iter().map(|&node| given[node as usize]).collect()
 }
 
-/// Computes the report. `clamped` and timing come from the caller.
-pub fn report(
-    workload: &Workload,
-    tree: &BudgetTree,
-    cluster: crate::cluster::ClusterSpec,
-    outcome: &Outcome,
-    clamped: u32,
-    sim_seconds: Option<f64>,
-) -> Report {
+/// Owed GPU-seconds per leaf and hour of `[start, end)`: each hour's
+/// GPU-seconds (`capacity` GPUs x the hour's length, shorter for a last
+/// partial hour) shared down the tree by [`owed_in_hour`]. `demand` is per
+/// leaf the GPU-seconds wanted in each hour, as [`hourly`] gives them over
+/// the same span.
+pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
+    let hours = demand.first().map_or(0, Vec::len);
+    let mut owed = vec![vec![0.0; hours]; demand.len()];
+    let mut hour_demand = vec![0.0; demand.len()];
+    for h in 0..hours {
+        let len = (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
+        for (d, leaf) in hour_demand.iter_mut().zip(demand) {
+            *d = leaf[h];
+        }
+        for (l, o) in owed_in_hour(tree, &hour_demand, capacity as f64 * len).into_iter().enumerate() {
+            owed[l][h] = o;
+        }
+    }
+    owed
+}
+
+/// Computes the report. Timing comes from the caller.
+pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::ClusterSpec, outcome: &Outcome, sim_seconds: Option<f64>) -> Report {
     let capacity = cluster.capacity();
     let leaves = tree.leaves.len();
     let (first_submit, last_submit) = workload.span();
@@ -252,9 +266,9 @@ pub fn report(
         let k = by_kind.entry(job.kind).or_default();
         k.0.push(wait);
         k.1 += usize::from(done);
-        if let Some(leaf) = outcome_leaf(tree, workload, i) {
-            by_leaf[leaf].push(wait);
-            jobs_per_leaf[leaf] += 1;
+        if let Some(leaf) = outcome.prepared.leaf[i] {
+            by_leaf[leaf as usize].push(wait);
+            jobs_per_leaf[leaf as usize] += 1;
         }
     }
     // Preemptions and lost work per kind, from the runs.
@@ -292,18 +306,7 @@ pub fn report(
     // Owed, hour by hour.
     let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let given: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
-    let hours = demand.first().map_or(0, Vec::len);
-    let mut owed = vec![0.0; leaves];
-    let mut hour_demand = vec![0.0; leaves];
-    for h in 0..hours {
-        let len = (outcome.end - (outcome.start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
-        for (d, leaf) in hour_demand.iter_mut().zip(&demand) {
-            *d = leaf[h];
-        }
-        for (l, o) in owed_in_hour(tree, &hour_demand, capacity as f64 * len).into_iter().enumerate() {
-            owed[l] += o;
-        }
-    }
+    let owed: Vec<f64> = owed_by_hour(tree, &demand, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
     let mut teams = Vec::with_capacity(leaves);
     let mut at_95 = 0usize;
     let mut owed_teams = 0usize;
@@ -363,7 +366,7 @@ pub fn report(
         gpu_seconds_delivered: delivered,
         idle_gpu_hours_while_jobs_waited: round3(outcome.idle_while_waiting as f64 / HOUR as f64),
         gpu_hours_claimed_in_grace: round3(outcome.claimed_idle as f64 / HOUR as f64),
-        contracts_clamped_to_cap: clamped,
+        contracts_clamped_to_cap: outcome.prepared.clamped_to_cap,
         teams,
         teams_at_95pct_of_owed: round6(if owed_teams > 0 { at_95 as f64 / owed_teams as f64 } else { 1.0 }),
         events: outcome.events,
@@ -371,10 +374,6 @@ pub fn report(
         sim_seconds: sim_seconds.map(round6),
         simulated_days_per_second: sim_seconds.map(|s| round3(simulated_days / s.max(1e-9))),
     }
-}
-
-fn outcome_leaf(tree: &BudgetTree, workload: &Workload, i: usize) -> Option<usize> {
-    tree.leaf_of_account(&workload.teams[workload.jobs[i].team as usize]).map(|l| l as usize)
 }
 
 fn round3(x: f64) -> f64 {
@@ -527,6 +526,15 @@ mod tests {
         assert_eq!(water_fill(8.0, &[1.0, 2.0], &[1.0, 1.0]), vec![1.0, 2.0]);
         // No demand, nothing owed.
         assert_eq!(water_fill(8.0, &[0.0, 5.0], &[1.0, 1.0]), vec![0.0, 5.0]);
+    }
+
+    #[test]
+    fn a_last_partial_hour_owes_only_its_length() {
+        let t = BudgetTree::parse("[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n").unwrap();
+        // 2 GPUs wanted throughout 1h30 on a 1-GPU cluster: 1 GPU-hour owed, then half of one.
+        let demand = vec![hourly(&[(0, 2), (5400, -2)], 0, 5400)];
+        assert_eq!(demand[0], vec![7200.0, 3600.0]);
+        assert_eq!(owed_by_hour(&t, &demand, 1, 0, 5400), vec![vec![3600.0, 1800.0]]);
     }
 
     #[test]

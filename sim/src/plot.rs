@@ -14,8 +14,7 @@ use plotters::style::FontStyle;
 
 use crate::cluster::ClusterSpec;
 use crate::engine::{Outcome, RunEnd};
-use crate::metrics::{hourly, owed_in_hour};
-use crate::workload::Workload;
+use crate::metrics::{hourly, owed_by_hour};
 
 pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 /// The Gantt chart draws one row per GPU: beyond this it is unreadable.
@@ -70,29 +69,18 @@ pub fn team_color(leaf: usize, leaves: usize) -> HSLColor {
     HSLColor(h, 0.65, l)
 }
 
-fn leaf_of_job(tree: &BudgetTree, workload: &Workload, job: usize) -> usize {
-    tree.leaf_of_account(&workload.teams[workload.jobs[job].team as usize]).map_or(0, |l| l as usize)
-}
-
 /// One panel per budget leaf: the GPUs its jobs held (hourly mean, filled),
-/// the GPUs it was owed (black) and its share of the cluster (dashed).
-pub fn shares(path: &Path, _font: &Font, _workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome) -> Result<(), PlotError> {
+/// the GPUs it was owed (black) and its share of the cluster (dashed). The
+/// hours, and what was owed in them, are the report's.
+pub fn shares(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome) -> Result<(), PlotError> {
     let leaves = tree.leaves.len();
     let capacity = cluster.capacity() as f64;
-    let (start, end) = (outcome.start, outcome.end.max(outcome.start + 3600));
-    let delivered: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|l| hourly(l, start, end).into_iter().map(|g| g / 3600.0).collect()).collect();
-    let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|l| hourly(l, start, end).into_iter().map(|g| g / 3600.0).collect()).collect();
+    let (start, end) = (outcome.start, outcome.end);
+    let gpus = |hours: Vec<f64>| -> Vec<f64> { hours.into_iter().map(|g| g / 3600.0).collect() };
+    let delivered: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|l| gpus(hourly(l, start, end))).collect();
+    let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|l| hourly(l, start, end)).collect();
+    let owed: Vec<Vec<f64>> = owed_by_hour(tree, &demand, cluster.capacity(), start, end).into_iter().map(gpus).collect();
     let hours = delivered.first().map_or(0, Vec::len);
-    let mut owed = vec![vec![0.0; hours]; leaves];
-    let mut d = vec![0.0; leaves];
-    for h in 0..hours {
-        for l in 0..leaves {
-            d[l] = demand[l][h];
-        }
-        for (l, o) in owed_in_hour(tree, &d, capacity).into_iter().enumerate() {
-            owed[l][h] = o;
-        }
-    }
     // Daily means read better than hourly noise over weeks; hourly for short runs.
     let bin = if hours > 24 * 10 { 24 } else { 1 };
     let smooth = |v: &[f64]| -> Vec<(f64, f64)> {
@@ -123,7 +111,8 @@ pub fn shares(path: &Path, _font: &Font, _workload: &Workload, tree: &BudgetTree
         top.draw(&Text::new(name.to_string(), (x + 44, 46), ("sans-serif", 18).into_font())).map_err(err)?;
     }
     let panels = body.split_evenly((rows, cols));
-    let days = (end - start) as f64 / 86400.0;
+    // At least an hour wide.
+    let days = (end - start).max(3600) as f64 / 86400.0;
     for (l, panel) in panels.iter().enumerate().take(leaves) {
         let node = tree.leaf_node(l as u32);
         let color = team_color(l, leaves);
@@ -185,15 +174,7 @@ fn hatch(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, (x0, y0): (i
 
 /// One row per GPU, one bar per run, one hue per budget leaf; hatched
 /// where the run could be preempted, edged in red where it was.
-pub fn gantt(
-    path: &Path,
-    _font: &Font,
-    workload: &Workload,
-    tree: &BudgetTree,
-    cluster: ClusterSpec,
-    outcome: &Outcome,
-    (from, to): (i64, i64),
-) -> Result<(), PlotError> {
+pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome, (from, to): (i64, i64)) -> Result<(), PlotError> {
     let gpus = cluster.capacity();
     if gpus > GANTT_MAX_GPUS {
         return Err(PlotError(format!("the Gantt chart is for clusters of at most {GANTT_MAX_GPUS} GPUs, not {gpus}")));
@@ -234,7 +215,7 @@ pub fn gantt(
         if r.end <= from || r.start >= to {
             continue;
         }
-        let leaf = leaf_of_job(tree, workload, r.job as usize);
+        let leaf = outcome.prepared.leaf[r.job as usize].map_or(0, |l| l as usize);
         let color = team_color(leaf, leaves);
         let (x0, x1) = (at(r.start), at(r.end));
         let preemptible = r.preemptible_from < r.end;

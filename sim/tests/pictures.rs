@@ -27,19 +27,19 @@ fn gantt_and_share_pictures_are_drawn() {
         let cfg = Config::new(cluster, tree.clone(), policy);
         let sim = simulate(&s.workload, &cfg, &mut |_| {});
         let g = dir.path().join(format!("gantt-{}.png", policy.name()));
-        gantt(&g, &font, &s.workload, &tree, cluster, &sim.outcome, (0, 86_400)).unwrap();
+        gantt(&g, &font, &tree, cluster, &sim.outcome, (0, 86_400)).unwrap();
         let (w, h) = png_size(&g);
         assert_eq!(w, 1600);
         assert!(h > 32 * 4, "one row per GPU: {h} px");
         let p = dir.path().join(format!("shares-{}.png", policy.name()));
-        shares(&p, &font, &s.workload, &tree, cluster, &sim.outcome).unwrap();
+        shares(&p, &font, &tree, cluster, &sim.outcome).unwrap();
         assert_eq!(png_size(&p).0, 1500);
     }
     // Too many GPUs for one row each: a clear refusal.
     let big = ClusterSpec { nodes: 75, gpus_per_node: 8 };
     let cfg = Config::new(big, tree.clone(), PolicyKind::Allot);
     let sim = simulate(&s.workload, &cfg, &mut |_| {});
-    let e = gantt(&dir.path().join("x.png"), &font, &s.workload, &tree, big, &sim.outcome, (0, 3600)).unwrap_err();
+    let e = gantt(&dir.path().join("x.png"), &font, &tree, big, &sim.outcome, (0, 3600)).unwrap_err();
     assert!(e.to_string().contains("at most 256 GPUs"), "{e}");
 }
 
