@@ -125,7 +125,7 @@ impl RunBook {
 
     /// Forgets closed runs that ended before the window.
     pub fn prune(&mut self, window_start: i64) {
-        self.closed.retain(|(_, r)| r.end.map_or(true, |e| e > window_start));
+        self.closed.retain(|(_, r)| r.end.is_none_or(|e| e > window_start));
     }
 
     /// Every run as a policy interval (runs outside the tree are skipped).
