@@ -22,6 +22,7 @@ use rusqlite::{Connection, OpenFlags, TransactionBehavior};
 use rusqlite_migration::{Migrations, M};
 
 mod budgets;
+pub mod health;
 mod runs;
 mod snapshot;
 

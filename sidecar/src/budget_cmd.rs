@@ -13,7 +13,7 @@ use allot_ledger::Ledger;
 use anyhow::{anyhow, bail, Context};
 use toml_edit::{value, Array, DocumentMut, Item, Table};
 
-use crate::identity::Actor;
+use crate::identity::Invocation;
 use crate::sync::{report, sync_text};
 
 #[derive(clap::Subcommand)]
@@ -53,12 +53,12 @@ pub enum BudgetCommand {
     },
 }
 
-pub fn run(cmd: BudgetCommand, ledger: &Path, now: i64) -> anyhow::Result<()> {
+pub fn run(cmd: BudgetCommand, inv: &Invocation, now: i64) -> anyhow::Result<()> {
     match cmd {
-        BudgetCommand::Show { node, version } => show(ledger, node.as_deref(), version),
-        BudgetCommand::Set { node, fields, file } => edit(ledger, file, now, |doc| set_fields(doc, &node, &fields, false)),
-        BudgetCommand::Add { node, fields, file } => edit(ledger, file, now, |doc| set_fields(doc, &node, &fields, true)),
-        BudgetCommand::Remove { node, file } => edit(ledger, file, now, |doc| remove(doc, &node)),
+        BudgetCommand::Show { node, version } => show(&inv.ledger, node.as_deref(), version),
+        BudgetCommand::Set { node, fields, file } => edit(inv, file, now, |doc| set_fields(doc, &node, &fields, false)),
+        BudgetCommand::Add { node, fields, file } => edit(inv, file, now, |doc| set_fields(doc, &node, &fields, true)),
+        BudgetCommand::Remove { node, file } => edit(inv, file, now, |doc| remove(doc, &node)),
     }
 }
 
@@ -227,21 +227,39 @@ fn remove(doc: &mut DocumentMut, node: &str) -> anyhow::Result<String> {
 }
 
 /// Applies `change` to the budget file, syncs the result, then replaces the file.
-fn edit(ledger: &Path, file: Option<PathBuf>, now: i64, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<String>) -> anyhow::Result<()> {
+///
+/// The file is `--file` (an admin's choice only, under sudo), else the one
+/// the ledger records as last synced: under sudo, never a path the sudo
+/// user chose.
+fn edit(inv: &Invocation, file: Option<PathBuf>, now: i64, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<String>) -> anyhow::Result<()> {
+    let ledger = inv.ledger.as_path();
     let file = match file {
-        Some(f) => f,
+        Some(f) => {
+            inv.may_choose("the budget file", "--file", "without it, `allot budget` edits the file last synced into the ledger")?;
+            std::path::absolute(&f).with_context(|| format!("cannot resolve {}", f.display()))?
+        }
         None => {
             let l = Ledger::open_read_only(ledger)?;
             let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget synced yet: pass --file FILE.toml"))?;
-            PathBuf::from(v.source)
+            let recorded = PathBuf::from(&v.source);
+            if !recorded.is_absolute() {
+                if inv.sudo {
+                    bail!(
+                        "the ledger records the budget file as '{}', a relative path, which under sudo would be read from the sudo user's directory; an admin must sync it once by its absolute path (`allot sync /etc/allot/budgets.toml`)",
+                        v.source
+                    );
+                }
+                std::path::absolute(&recorded).with_context(|| format!("cannot resolve {}", recorded.display()))?
+            } else {
+                recorded
+            }
         }
     };
     let text = std::fs::read_to_string(&file).with_context(|| format!("cannot read budget file {} (pass --file)", file.display()))?;
     let mut doc: DocumentMut = text.parse().map_err(|e| anyhow!("{}: invalid TOML: {e}", file.display()))?;
     let what = change(&mut doc)?;
     let new_text = doc.to_string();
-    let actor = Actor::current(ledger)?;
-    let outcome = sync_text(ledger, &new_text, &file.display().to_string(), &actor, now)?;
+    let outcome = sync_text(ledger, &new_text, &file.display().to_string(), &inv.actor, now)?;
     write_atomically(&file, &new_text).with_context(|| format!("the ledger has the new version, but {} could not be rewritten", file.display()))?;
     println!("{what}");
     report(&outcome, ledger);

@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub mod budget_cmd;
 pub mod history;
 pub mod identity;
+pub mod ledger_cmd;
 pub mod report;
 pub mod sync;
 pub mod watch;

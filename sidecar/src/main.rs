@@ -1,10 +1,11 @@
 //! `allot`: the sidecar command. Syncs manager-set budgets into the ledger
 //! that the Slurm plugins read, shows and edits them, and replays workloads
 //! through the policy in the simulator.
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{budget_cmd, history, identity, now, report, sync, watch};
+use allot_cli::{budget_cmd, history, identity, ledger_cmd, now, report, sync, watch};
+use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
 mod simulate;
@@ -12,7 +13,9 @@ mod simulate;
 #[derive(Parser)]
 #[command(name = "allot", version = allot::BUILD, about = "Budgets and a scheduling contract for GPU clusters on Slurm")]
 struct Cli {
-    /// The ledger (SQLite). Default: $ALLOT_LEDGER, else /var/lib/allot/ledger.db.
+    /// The ledger (SQLite). Default: $ALLOT_LEDGER, else LedgerPath of the
+    /// allot.conf beside slurm.conf, else /var/lib/allot/ledger.db. Under
+    /// sudo, only admins may choose it.
     #[arg(long, global = true, value_name = "PATH")]
     ledger: Option<PathBuf>,
     #[command(subcommand)]
@@ -48,6 +51,9 @@ enum Command {
     /// Why a job is where it is: its contract, runs, preemptions, and its
     /// budget's place in the fair-share order, level by level.
     Why { job: u32 },
+    /// Check the ledger file, or recover from a damaged one.
+    #[command(subcommand)]
+    Ledger(ledger_cmd::LedgerCommand),
     /// Replay a workload through the allot policy (and a baseline) and report.
     Simulate(simulate::SimulateArgs),
 }
@@ -55,19 +61,36 @@ enum Command {
 fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = Cli::parse();
-    let ledger = allot_ledger::resolve_path(cli.ledger.as_deref());
-    let result = match cli.command {
-        Command::Sync { file, check } => run_sync(&ledger, &file, check),
-        Command::Budget(cmd) => budget_cmd::run(cmd, &ledger, now()),
+    let command = match cli.command {
+        Command::Simulate(args) => return simulate::run(args).unwrap_or_else(|e| fail(&e, None)),
+        other => other,
+    };
+    let inv = match identity::Invocation::resolve(cli.ledger.as_deref()) {
+        Ok(inv) => inv,
+        Err(e) => return fail(&e, None),
+    };
+    let ledger = inv.ledger.clone();
+    // A file that is not a database at all is reported before SQLite opens
+    // it; `allot ledger` examines it itself.
+    if !matches!(command, Command::Ledger(_)) {
+        if let Err(problem) = health::preflight(&ledger) {
+            eprintln!("allot: {}", ledger_cmd::explain(&problem, &ledger));
+            return ExitCode::FAILURE;
+        }
+    }
+    let result = match command {
+        Command::Sync { file, check } => run_sync(&inv, &file, check),
+        Command::Budget(cmd) => budget_cmd::run(cmd, &inv, now()),
         Command::History { limit } => history::run(&ledger, limit),
-        Command::Watch { file } => watch::run(&ledger, &file),
+        Command::Watch { file } => watch_file(&inv, &file),
         Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
         Command::Why { job } => report::why(&ledger, job),
-        Command::Simulate(args) => return simulate::run(args).unwrap_or_else(|e| fail(&e)),
+        Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),
+        Command::Simulate(_) => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
+        Err(e) => fail(&e, Some(&ledger)),
     }
 }
 
@@ -80,23 +103,52 @@ fn restore_default_sigpipe() {
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
 }
 
-fn fail(e: &anyhow::Error) -> ExitCode {
-    eprintln!("allot: {e:#}");
+/// Prints the error; a damaged or locked ledger is explained with what to do.
+fn fail(e: &anyhow::Error, ledger: Option<&Path>) -> ExitCode {
+    let problem = ledger.and_then(|ledger| {
+        e.chain()
+            .find_map(|cause| {
+                let ledger_error = cause.downcast_ref::<allot_ledger::LedgerError>().or_else(|| match cause.downcast_ref::<sync::SyncError>() {
+                    Some(sync::SyncError::Ledger(le)) => Some(le),
+                    _ => None,
+                })?;
+                health::classify(ledger_error).filter(|p| p.needs_recovery() || matches!(p, health::Problem::Locked(_)))
+            })
+            .map(|p| (p, ledger))
+    });
+    match problem {
+        Some((p, ledger)) => eprintln!("allot: {}", ledger_cmd::explain(&p, ledger)),
+        None => eprintln!("allot: {e:#}"),
+    }
     ExitCode::FAILURE
 }
 
-fn run_sync(ledger: &std::path::Path, file: &std::path::Path, check: bool) -> anyhow::Result<()> {
+/// Under sudo, only an admin names the budget file: a manager's edits go
+/// through `allot budget`, into the file the ledger records.
+const MANAGERS_EDIT: &str = "managers edit the budget with `sudo allot budget set|add|remove`, which edits the file last synced into the ledger";
+
+fn run_sync(inv: &identity::Invocation, file: &Path, check: bool) -> anyhow::Result<()> {
     use anyhow::Context;
+    inv.may_choose("the budget file", "the FILE of `allot sync`", MANAGERS_EDIT)?;
+    let ledger = inv.ledger.as_path();
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let source = file.display().to_string();
-    let actor = identity::Actor::current(ledger)?;
+    let actor = &inv.actor;
     if check {
         let tree = sync::validate(&text, &source)?;
-        sync::check(ledger, &tree, &actor)?;
+        sync::check(ledger, &tree, actor)?;
         println!("{source}: valid, {} nodes, {} leaves; {} may sync it", tree.nodes.len(), tree.leaves.len(), actor.name);
         return Ok(());
     }
-    let outcome = sync::sync_text(ledger, &text, &source, &actor, now())?;
+    // The ledger records the absolute path: `allot budget` edits that file
+    // later, from whatever directory it runs in.
+    let recorded = std::path::absolute(file).with_context(|| format!("cannot resolve {}", file.display()))?;
+    let outcome = sync::sync_text_from(ledger, &text, &source, &recorded.display().to_string(), actor, now())?;
     sync::report(&outcome, ledger);
     Ok(())
+}
+
+fn watch_file(inv: &identity::Invocation, file: &Path) -> anyhow::Result<()> {
+    inv.may_choose("the budget file", "the FILE of `allot watch`", MANAGERS_EDIT)?;
+    watch::run(&inv.ledger, file, &inv.actor)
 }

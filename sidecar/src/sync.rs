@@ -18,6 +18,9 @@ pub enum SyncError {
     Invalid { rendered: String, count: usize, errors: BudgetErrors },
     #[error("{0}\nthe ledger was not changed")]
     Refused(String),
+    /// The ledger file is damaged or locked: what is wrong and what to do.
+    #[error("{0}")]
+    Unhealthy(String),
     #[error(transparent)]
     Ledger(#[from] allot_ledger::LedgerError),
 }
@@ -60,19 +63,55 @@ pub fn check(ledger: &Path, new: &BudgetTree, actor: &Actor) -> Result<(), SyncE
 /// check runs inside the write transaction, against the very version the
 /// new one replaces.
 pub fn sync_text(ledger: &Path, text: &str, source: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
-    let tree = validate(text, source)?;
+    sync_text_from(ledger, text, source, source, actor, now)
+}
+
+/// [`sync_text`], naming the file `shown` in messages and recording it in
+/// the ledger as `recorded` (the absolute path `allot budget` edits later).
+pub fn sync_text_from(ledger: &Path, text: &str, shown: &str, recorded: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
+    let tree = validate(text, shown)?;
+    if let Err(problem) = allot_ledger::health::preflight(ledger) {
+        return Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger)));
+    }
     if !ledger.exists() {
         // Refuse before creating anything.
         authorize(&tree, None, actor).map_err(SyncError::Refused)?;
-        if let Some(parent) = ledger.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| SyncError::Refused(format!("cannot create {}: {e}", parent.display())))?;
-        }
+        create_ledger_file(ledger, crate::identity::ledger_owner())
+            .map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", ledger.display())))?;
     }
     let mut l = Ledger::open(ledger)?;
-    match l.sync_budget_authorized(text, &tree, &actor.name, source, now, |current| authorize(&tree, current, actor)) {
+    match l.sync_budget_authorized(text, &tree, &actor.name, recorded, now, |current| authorize(&tree, current, actor)) {
         Err(LedgerError::Refused(why)) => Err(SyncError::Refused(why)),
-        other => Ok(other?),
+        Err(e) => match allot_ledger::health::classify(&e).filter(|p| p.needs_recovery() || matches!(p, allot_ledger::health::Problem::Locked(_))) {
+            Some(problem) => Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger))),
+            None => Err(e.into()),
+        },
+        Ok(outcome) => Ok(outcome),
     }
+}
+
+/// Creates an empty ledger file at `path`, mode 0644 whatever the umask
+/// (readable by all: the numbers are meant to be seen), and its missing
+/// directories, mode 0755; the file and a directory created for it are
+/// given to `owner` (uid, gid) if set. SQLite gives the ledger's `-wal` and
+/// `-shm` files the database file's mode and owner.
+pub fn create_ledger_file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if !parent.exists() {
+            std::fs::DirBuilder::new().recursive(true).mode(0o755).create(parent)?;
+            std::fs::set_permissions(parent, std::fs::Permissions::from_mode(0o755))?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::chown(parent, Some(uid), Some(gid))?;
+            }
+        }
+    }
+    let file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(path)?;
+    file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(&file, Some(uid), Some(gid))?;
+    }
+    Ok(())
 }
 
 /// Prints what a sync did.

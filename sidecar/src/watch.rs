@@ -19,12 +19,13 @@ use crate::sync::{report, sync_text};
 /// Editors save in bursts (write, rename, chmod): wait for quiet first.
 const SETTLE: Duration = Duration::from_millis(300);
 
-pub fn run(ledger: &Path, file: &Path) -> anyhow::Result<()> {
+/// Watches `file` and syncs it into `ledger` on behalf of `actor`.
+pub fn run(ledger: &Path, file: &Path, actor: &Actor) -> anyhow::Result<()> {
     let file = std::path::absolute(file).with_context(|| format!("cannot resolve {}", file.display()))?;
     // Watch the directory, not the file: editors replace files by renaming,
     // which would orphan a watch on the old inode.
     let dir: PathBuf = file.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    let actor = Actor::current(ledger)?;
+    let actor = actor.clone();
     let (tx, rx) = mpsc::channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let _ = tx.send(event);

@@ -30,7 +30,7 @@ impl Scratch {
     }
     fn allot(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_allot"));
-        c.env("ALLOT_LEDGER", self.ledger()).env_remove("SUDO_USER").env("SLURM_CONF", "/nonexistent");
+        c.env("ALLOT_LEDGER", self.ledger()).env_remove("SUDO_USER").env_remove("SUDO_UID").env("SLURM_CONF", "/nonexistent");
         c
     }
     fn run(&self, args: &[&str]) -> Output {
@@ -112,16 +112,69 @@ fn every_error_in_a_file_is_reported() {
     assert!(!s.ledger().exists(), "a refused first sync created the ledger");
 }
 
+/// Test users, created once if missing (tests/support does the same).
+fn ensure_user(user: &str) -> (u32, u32) {
+    if nix::unistd::User::from_name(user).unwrap().is_none() {
+        let out = Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", user]).output().expect("useradd runs");
+        // Another test may have created it meanwhile.
+        assert!(out.status.success() || nix::unistd::User::from_name(user).unwrap().is_some(), "useradd {user}: {}", text(&out));
+    }
+    let u = nix::unistd::User::from_name(user).unwrap().unwrap();
+    (u.uid.as_raw(), u.gid.as_raw())
+}
+
+/// `allot` as `sudo` runs it for `user`: as root, with SUDO_USER, SUDO_UID
+/// and SUDO_GID set. `$SLURM_CONF` names a slurm.conf that makes `user` the
+/// SlurmUser, which must not count under sudo.
+fn sudo_allot(s: &Scratch, user: &str) -> Command {
+    let (uid, gid) = ensure_user(user);
+    let conf = s.file("user-slurm.conf", &format!("SlurmUser={user}\n"));
+    let mut c = s.allot();
+    c.env("SUDO_USER", user).env("SUDO_UID", uid.to_string()).env("SUDO_GID", gid.to_string()).env("SLURM_CONF", conf);
+    c
+}
+
+/// Whether this machine lets the tests run `allot` in a private mount
+/// namespace (root, and unshare permitted), where /etc/slurm is a directory
+/// of the test's own.
+fn namespaces_work() -> bool {
+    is_root() && Command::new("unshare").args(["--mount", "true"]).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// [`sudo_allot`] in a private mount namespace where /etc/slurm holds only
+/// an allot.conf (root's, mode 0644) whose LedgerPath is this scratch
+/// ledger: the configured ledger, the only one a sudo user may use.
+fn sudo_configured(s: &Scratch, user: &str, args: &[&str]) -> Output {
+    use std::os::unix::fs::PermissionsExt;
+    let etc = s.dir.path().join("etc-slurm");
+    if !etc.exists() {
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(etc.join("allot.conf"), format!("# the test's allot.conf\nLedgerPath={}\n", s.ledger().display())).unwrap();
+        std::fs::set_permissions(etc.join("allot.conf"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::create_dir_all("/etc/slurm").unwrap();
+    }
+    let template = sudo_allot(s, user);
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "sh", "-c", "mount --make-rprivate / && mount --bind \"$1\" /etc/slurm && shift && exec \"$@\"", "sh"]).arg(&etc).arg(template.get_program()).args(args);
+    for (k, v) in template.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.env_remove("ALLOT_LEDGER").output().unwrap()
+}
+
 #[test]
 fn owners_edit_their_subtree_and_nobody_else_does() {
-    if !is_root() {
-        eprintln!("SKIPPED: acting for another user (sudo) needs root");
+    if !namespaces_work() {
+        eprintln!("SKIPPED: acting for another user (sudo) needs root and a private mount namespace (unshare)");
         return;
     }
     let s = Scratch::new();
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
-    let as_user = |user: &str, args: &[&str]| s.allot().env("SUDO_USER", user).args(args).output().unwrap();
+    let as_user = |user: &str, args: &[&str]| sudo_configured(&s, user, args);
 
     // tomas owns vision/detection/tracking: members yes, its own share no.
     let ok = as_user("tomas", &["budget", "set", "vision/detection/tracking", "members=tomas,mia,leo,newbie"]);
@@ -148,11 +201,12 @@ fn owners_edit_their_subtree_and_nobody_else_does() {
     let stranger = as_user("nobody", &["budget", "set", "vision/detection/newteam", "members=nobody"]);
     assert!(!stranger.status.success());
     assert!(text(&stranger).contains("needs an owner of vision/detection/newteam: kim, dario, vera, director or an admin"), "{}", text(&stranger));
-    // Nor sync a first budget into a new ledger it does not own.
-    let fresh = Scratch::new();
-    let first = fresh.allot().env("SUDO_USER", "nobody").args(["sync", EXAMPLE]).output().unwrap();
-    assert!(text(&first).contains("may not sync the first budget"), "{}", text(&first));
-    assert!(!fresh.ledger().exists());
+    // Nor name a budget file of their own to sync.
+    let before = s.fingerprint();
+    let first = as_user("nobody", &["sync", EXAMPLE]);
+    assert!(!first.status.success());
+    assert!(text(&first).contains("nobody may not choose the budget file under sudo (the FILE of `allot sync`)"), "{}", text(&first));
+    assert_eq!(s.fingerprint(), before);
 
     // History records who did what.
     let history = text(&s.run(&["history"]));
@@ -167,6 +221,95 @@ fn owners_edit_their_subtree_and_nobody_else_does() {
     assert!(newteam > edited.find("[budget.vision.detection.detect3d]").unwrap());
     assert!(newteam < edited.find("[budget.vision.segmentation]").unwrap());
     assert!(!edited.contains("open-vocab]"));
+}
+
+/// Under the README's sudo rule (`allot budget *` as root), a manager must
+/// not steer root to another ledger or budget file: `--ledger`,
+/// `$ALLOT_LEDGER`, `--file`, and the FILE of `sync` and `watch` are
+/// refused, `$SLURM_CONF` does not make them the SlurmUser, and nothing
+/// changes.
+#[test]
+fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
+    if !is_root() {
+        eprintln!("SKIPPED: acting for another user (sudo) needs root");
+        return;
+    }
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    // alice's own ledger, in which she owns the root, and her own file.
+    let mine = s.file("mine.toml", "[budget]\nowners = [\"alice\"]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n");
+    let before = s.fingerprint();
+    let file_before = std::fs::read(&file).unwrap();
+    let mine_before = std::fs::read(&mine).unwrap();
+    let ledger = s.ledger().display().to_string();
+    let (mine_s, file_s) = (mine.display().to_string(), file.display().to_string());
+
+    let cases: Vec<(Vec<&str>, bool, &str)> = vec![
+        // (arguments, keep $ALLOT_LEDGER, what the refusal names)
+        (vec!["budget", "--ledger", &ledger, "set", "vision", "share=90"], false, "alice may not choose the ledger under sudo (--ledger): only an admin (root, the SlurmUser"),
+        (vec!["budget", "set", "vision", "share=90"], true, "alice may not choose the ledger under sudo (ALLOT_LEDGER)"),
+        (vec!["budget", "set", "--file", &mine_s, "a", "share=2"], false, "alice may not choose the budget file under sudo (--file)"),
+        (vec!["budget", "add", "--file", &file_s, "vision/x", "share=2"], false, "alice may not choose the budget file under sudo (--file)"),
+        (vec!["budget", "remove", "--file", &file_s, "vision"], false, "alice may not choose the budget file under sudo (--file)"),
+        (vec!["sync", &file_s], false, "alice may not choose the budget file under sudo (the FILE of `allot sync`)"),
+        (vec!["sync", "--check", "/etc/shadow"], false, "alice may not choose the budget file under sudo (the FILE of `allot sync`)"),
+        (vec!["watch", &file_s], false, "alice may not choose the budget file under sudo (the FILE of `allot watch`)"),
+        (vec!["ledger", "recover", "--force"], false, "alice may not recover the ledger: only an admin"),
+    ];
+    for (args, keep_env, wanted) in cases {
+        let mut c = sudo_allot(&s, "alice");
+        if !keep_env {
+            c.env_remove("ALLOT_LEDGER");
+        }
+        let out = c.args(&args).stdin(Stdio::null()).output().unwrap();
+        let said = text(&out);
+        assert!(!out.status.success(), "{args:?} was accepted: {said}");
+        assert!(said.contains(wanted), "{args:?}: wanted\n  {wanted}\ngot\n{said}");
+        assert!(!said.contains("SlurmUser (alice)"), "$SLURM_CONF was read under sudo: {said}");
+        assert_eq!(s.fingerprint(), before, "{args:?} changed the ledger");
+        assert_eq!(std::fs::read(&file).unwrap(), file_before, "{args:?} changed the budget file");
+        assert_eq!(std::fs::read(&mine).unwrap(), mine_before, "{args:?} changed alice's file");
+    }
+    // Reading is fine: the numbers are meant to be seen.
+    if namespaces_work() {
+        let show = sudo_configured(&s, "alice", &["budget", "show", "vision"]);
+        assert!(show.status.success() && text(&show).contains("vision"), "{}", text(&show));
+        let check = sudo_configured(&s, "alice", &["ledger", "check"]);
+        assert!(check.status.success() && text(&check).contains(": ok"), "{}", text(&check));
+        // The same refusal with the configured ledger in place.
+        let refused = sudo_configured(&s, "alice", &["budget", "--ledger", &ledger, "set", "vision", "share=90"]);
+        // --ledger naming the configured ledger itself chooses nothing: the edit is judged as usual.
+        assert!(!refused.status.success() && text(&refused).contains("needs an owner of (root): director or an admin"), "{}", text(&refused));
+        assert_eq!(s.fingerprint(), before);
+    }
+}
+
+/// Under sudo, the owner of the configured ledger is an admin; a sudo user's
+/// ownership of some other file makes nobody an admin.
+#[test]
+fn under_sudo_only_the_configured_ledger_decides_who_is_admin() {
+    if !namespaces_work() {
+        eprintln!("SKIPPED: needs root and a private mount namespace (unshare)");
+        return;
+    }
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let (bob, bob_gid) = ensure_user("bob");
+    // carol owns a ledger of her own: that makes her nothing.
+    let (carol, carol_gid) = ensure_user("carol");
+    let other = s.dir.path().join("other.db");
+    std::fs::copy(s.ledger(), &other).unwrap();
+    std::os::unix::fs::chown(&other, Some(carol), Some(carol_gid)).unwrap();
+    let out = sudo_configured(&s, "carol", &["budget", "--ledger", other.to_str().unwrap(), "show"]);
+    assert!(text(&out).contains("carol may not choose the ledger under sudo (--ledger)"), "{}", text(&out));
+    // bob owns the configured ledger: an admin, who may name files and ledgers.
+    std::os::unix::fs::chown(s.ledger(), Some(bob), Some(bob_gid)).unwrap();
+    let out = sudo_configured(&s, "bob", &["budget", "set", "--file", file.to_str().unwrap(), "vision", "share=50"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = sudo_configured(&s, "bob", &["budget", "--ledger", other.to_str().unwrap(), "show", "vision"]);
+    assert!(out.status.success(), "{}", text(&out));
 }
 
 #[test]
@@ -256,4 +399,186 @@ fn usage_charges_each_leaf_over_the_window() {
     assert_eq!(row("p/a").unwrap(), ["p/a", "50.00%", "2.00", "1.50", "0.75", "0.00", "2"], "{shown}");
     assert_eq!(row("b").unwrap(), ["b", "50.00%", "2.00", "0.00", "0.00", "0.67", "1"], "{shown}");
     assert!(shown.contains("(and 0.75 GPU-hours by jobs outside the current budget tree)"), "{shown}");
+}
+
+/// Deterministic garbage.
+fn garbage(n: usize) -> Vec<u8> {
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// The files `allot ledger recover` moved aside: `ledger.db.KIND-<UTC time>`.
+fn moved_aside(s: &Scratch, kind: &str) -> Vec<PathBuf> {
+    let prefix = format!("ledger.db.{kind}-");
+    let mut found: Vec<PathBuf> = std::fs::read_dir(s.dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            let name = p.file_name().unwrap().to_string_lossy();
+            name.starts_with(&prefix) && !name.ends_with("-wal") && !name.ends_with("-shm")
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+const RECOVERY_HINT: &str = "To recover: `allot ledger recover` moves the bad file (and its -wal and -shm) aside to ledger.db.corrupt-<UTC time>";
+
+#[test]
+fn a_ledger_that_is_not_a_database_is_explained_and_left_alone() {
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    for (what, bytes) in [("random bytes", garbage(100_000)), ("a text file", b"[budget]\nthis is not a ledger\n".to_vec())] {
+        std::fs::write(s.ledger(), &bytes).unwrap();
+        for args in [&["sync", file.to_str().unwrap()][..], &["budget", "show"], &["budget", "set", "vision", "share=50"], &["history"], &["usage"], &["why", "1"]] {
+            let out = s.run(args);
+            let said = text(&out);
+            assert!(!out.status.success(), "{what}: {args:?} succeeded");
+            let wanted = format!("allot: the ledger {} is not a valid SQLite database (file is not a database", s.ledger().display());
+            assert!(said.contains(&wanted) && said.contains(RECOVERY_HINT), "{what}: {args:?}:\n{said}");
+            assert!(said.contains("then run `allot sync <budget file>`"), "{said}");
+            assert_eq!(std::fs::read(s.ledger()).unwrap(), bytes, "{what}: {args:?} changed the ledger file");
+        }
+        let check = s.run(&["ledger", "check"]);
+        assert!(!check.status.success() && text(&check).contains(RECOVERY_HINT), "{}", text(&check));
+    }
+}
+
+#[test]
+fn ledger_check_says_ok_or_what_is_wrong() {
+    let s = Scratch::new();
+    let missing = s.run(&["ledger", "check"]);
+    assert!(!missing.status.success() && text(&missing).contains("does not exist"), "{}", text(&missing));
+    assert!(s.run(&["sync", EXAMPLE]).status.success());
+    let ok = s.run(&["ledger", "check"]);
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert_eq!(text(&ok).trim(), format!("ledger {}: ok (integrity check passed; budget version 1)", s.ledger().display()));
+    // Truncated: the header is there, the pages are not.
+    let len = std::fs::metadata(s.ledger()).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(s.ledger()).unwrap().set_len(len / 3).unwrap();
+    let bad = s.run(&["ledger", "check"]);
+    let said = text(&bad);
+    assert!(!bad.status.success(), "{said}");
+    assert!(said.contains(&format!("the ledger {} is damaged (", s.ledger().display())) && said.contains(RECOVERY_HINT), "{said}");
+}
+
+#[test]
+fn recover_moves_a_bad_ledger_aside_and_starts_a_new_one() {
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let bytes = garbage(100_000);
+    std::fs::write(s.ledger(), &bytes).unwrap();
+    let out = s.run(&["ledger", "recover"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("is not a valid SQLite database"), "{said}");
+    assert!(said.contains("no budget could be read from the old ledger"), "{said}");
+    assert!(said.contains("the new ledger is empty: run `allot sync <budget file>`"), "{said}");
+    let aside = moved_aside(&s, "corrupt");
+    assert_eq!(aside.len(), 1, "{said}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), bytes, "the bad file was not kept as it was");
+    assert!(said.contains(&format!("moved {} to {}", s.ledger().display(), aside[0].display())), "{said}");
+    // The new ledger works.
+    let check = s.run(&["ledger", "check"]);
+    assert!(check.status.success() && text(&check).contains("no budget synced yet"), "{}", text(&check));
+    let sync = s.run(&["sync", file.to_str().unwrap()]);
+    assert!(sync.status.success() && text(&sync).contains("synced budget version 1"), "{}", text(&sync));
+    // And a healthy ledger is left alone.
+    let before = s.fingerprint();
+    let fine = s.run(&["ledger", "recover"]);
+    assert!(fine.status.success() && text(&fine).contains("is fine (integrity check passed; budget version 1): nothing to recover"), "{}", text(&fine));
+    assert_eq!(s.fingerprint(), before);
+    assert_eq!(moved_aside(&s, "corrupt").len(), 1);
+}
+
+#[test]
+fn recover_resyncs_the_budget_a_damaged_ledger_still_holds() {
+    let s = Scratch::new();
+    let original = std::fs::read_to_string(EXAMPLE).unwrap();
+    let file = s.file("budgets.toml", &original);
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let edited = original.replace("[budget.vision]\nshare = 45", "[budget.vision]\nshare = 50");
+    std::fs::write(&file, &edited).unwrap();
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    // Pages of other data after the budget's, then damage to those only.
+    {
+        let c = rusqlite::Connection::open(s.ledger()).unwrap();
+        c.execute_batch("CREATE TABLE filler (x BLOB); WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100) INSERT INTO filler SELECT zeroblob(4000) FROM n;")
+            .unwrap();
+    }
+    let mut bytes = std::fs::read(s.ledger()).unwrap();
+    let n = bytes.len();
+    bytes[n - 40_000..].copy_from_slice(&garbage(40_000));
+    std::fs::write(s.ledger(), &bytes).unwrap();
+    let check = s.run(&["ledger", "check"]);
+    assert!(!check.status.success() && text(&check).contains("is damaged"), "{}", text(&check));
+
+    let out = s.run(&["ledger", "recover"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    let wanted = "re-synced the old ledger's budget (version 2, synced";
+    assert!(said.contains(wanted) && said.contains(&format!("from {}) into the new ledger as version 1", file.display())), "{said}");
+    let aside = moved_aside(&s, "corrupt");
+    assert_eq!(aside.len(), 1, "{said}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), bytes, "the damaged file was not kept as it was");
+    let l = Ledger::open_read_only(s.ledger()).unwrap();
+    let v = l.current_budget().unwrap().unwrap();
+    assert_eq!((v.version, v.toml.as_str(), v.source.as_str()), (1, edited.as_str(), file.to_str().unwrap()));
+    drop(l);
+    // Edits go on in the same file.
+    let set = s.run(&["budget", "set", "vision", "share=55"]);
+    assert!(set.status.success(), "{}", text(&set));
+    assert!(std::fs::read_to_string(&file).unwrap().contains("share = 55"));
+}
+
+#[test]
+fn recover_force_replaces_a_healthy_ledger_keeping_its_budget() {
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let bytes = std::fs::read(s.ledger()).unwrap();
+    let out = s.run(&["ledger", "recover", "--force"]);
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("re-synced the old ledger's budget (version 1"), "{said}");
+    let aside = moved_aside(&s, "replaced");
+    assert_eq!(aside.len(), 1, "{said}");
+    assert_eq!(std::fs::read(&aside[0]).unwrap(), bytes);
+    assert_eq!(Ledger::open_read_only(s.ledger()).unwrap().current_budget_version().unwrap(), Some(1));
+}
+
+/// A ledger created by `allot sync` is readable by all and writable by its
+/// owner only, whatever the umask; so is a directory made for it.
+#[test]
+fn sync_creates_the_ledger_with_sane_modes() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    let ledger = s.dir.path().join("state/allot/ledger.db");
+    let out = Command::new("sh")
+        .args(["-c", "umask 000 && exec \"$0\" \"$@\""])
+        .arg(env!("CARGO_BIN_EXE_allot"))
+        .args(["--ledger", ledger.to_str().unwrap(), "sync", EXAMPLE])
+        .env("SLURM_CONF", "/nonexistent")
+        .env_remove("SUDO_USER")
+        .env_remove("SUDO_UID")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&ledger), 0o644);
+    assert_eq!(mode(ledger.parent().unwrap()), 0o755);
+    assert_eq!(mode(ledger.parent().unwrap().parent().unwrap()), 0o755);
+    let wal = PathBuf::from(format!("{}-wal", ledger.display()));
+    if wal.exists() {
+        assert_eq!(mode(&wal), 0o644);
+    }
 }
