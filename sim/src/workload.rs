@@ -93,6 +93,19 @@ impl fmt::Display for LoadError {
     }
 }
 
+/// Largest |submit_s| accepted: 100 years of seconds. Unix times (until
+/// 2069) and offsets from the trace's start both fit, and sums of a submit
+/// time, a runtime and the engine's few other offsets stay far from `i64`
+/// overflow. The reports keep per-hour arrays over the workload's span, so
+/// the span, not these bounds, is what a simulation's memory grows with.
+pub const MAX_SUBMIT_S: i64 = 100 * YEAR_S;
+/// Largest runtime_s (and min_runtime_s) accepted: 10 years, the policy
+/// core's longest duration ([`allot::duration::MAX_DURATION`]).
+pub const MAX_RUNTIME_S: i64 = 10 * YEAR_S;
+/// Largest gpus per job accepted.
+pub const MAX_GPUS: u32 = 1_000_000;
+const YEAR_S: i64 = 365 * 86_400;
+
 pub const REQUIRED: [&str; 4] = ["submit_s", "gpus", "runtime_s", "team"];
 pub const OPTIONAL: [&str; 6] = ["job_id", "user", "min_runtime_s", "resumable", "priority", "kind"];
 /// The kind of a job whose row names none.
@@ -276,15 +289,39 @@ fn parse_row(record: &csv::StringRecord, cols: &Columns, position: u32, teams: &
     fn int<T: std::str::FromStr>(name: &str, s: &str) -> Result<T, String> {
         s.parse::<T>().map_err(|_| format!("{name} '{s}' is not a whole number"))
     }
-    let submit: i64 = int("submit_s", cell(cols.submit))?;
-    let gpus: u32 = int("gpus", cell(cols.gpus))?;
-    if gpus == 0 {
-        return Err("gpus must be at least 1".into());
+    /// A whole number within `min..=max`. Out-of-range numbers, even beyond
+    /// `i64`, are refused by the bound they break (`limit` says it in words),
+    /// not as "not a whole number".
+    fn bounded(name: &str, s: &str, min: i64, max: i64, too_small: &str, limit: &str) -> Result<i64, String> {
+        let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+        let n: i64 = match s.parse::<i64>() {
+            Ok(n) => n,
+            Err(_) if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => {
+                if s.starts_with('-') {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                }
+            }
+            Err(_) if min >= 1 => return Err(format!("{name} '{s}' is not a positive whole number")),
+            Err(_) => return Err(format!("{name} '{s}' is not a whole number")),
+        };
+        if n < min {
+            return Err(if min < 0 {
+                format!("{name} {s} is below the limit of {min} ({limit} before 0)")
+            } else {
+                format!("{name} must be {too_small}, got {s}")
+            });
+        }
+        if n > max {
+            return Err(format!("{name} {s} exceeds the limit of {max} ({limit})"));
+        }
+        Ok(n)
     }
-    let runtime: i64 = int("runtime_s", cell(cols.runtime))?;
-    if runtime < 1 {
-        return Err(format!("runtime_s must be at least 1, got {runtime}"));
-    }
+    let submit = bounded("submit_s", cell(cols.submit), -MAX_SUBMIT_S, MAX_SUBMIT_S, "", "100 years")?;
+    let gpus = bounded("gpus", cell(cols.gpus), 1, MAX_GPUS.into(), "a positive whole number", "GPUs for one job")?;
+    let gpus = u32::try_from(gpus).expect("at most MAX_GPUS");
+    let runtime = bounded("runtime_s", cell(cols.runtime), 1, MAX_RUNTIME_S, "at least 1", "10 years")?;
     let team = cell(cols.team);
     if team.is_empty() {
         return Err("team is empty".into());
@@ -295,11 +332,7 @@ fn parse_row(record: &csv::StringRecord, cols: &Columns, position: u32, teams: &
     };
     let min_runtime = match opt(cols.min_runtime) {
         Some(s) => {
-            let m: i64 = int("min_runtime_s", s)?;
-            if m < 0 {
-                return Err(format!("min_runtime_s must be 0 or more, got {m}"));
-            }
-            Some(m)
+            Some(bounded("min_runtime_s", s, 0, MAX_RUNTIME_S, "0 or more", "10 years")?)
         }
         None => None,
     };
@@ -349,7 +382,7 @@ mod tests {
         let lines: Vec<u64> = e.errors.iter().map(|e| e.line).collect();
         assert_eq!(lines, vec![3, 4, 5, 6, 7], "{e}");
         assert!(e.errors[0].message.contains("submit_s 'x'"), "{e}");
-        assert!(e.errors[1].message.contains("gpus must be at least 1"), "{e}");
+        assert_eq!(e.errors[1].message, "gpus must be a positive whole number, got 0", "{e}");
         assert!(e.errors[2].message.contains("urgent"), "{e}");
         assert!(e.to_string().contains("--skip-bad-rows"));
         // Skipping keeps the good row and lists the rest.
@@ -379,5 +412,77 @@ mod tests {
         let back = Workload::from_csv(out.as_slice(), false).unwrap();
         assert_eq!(w, back);
         assert_eq!(String::from_utf8(out).unwrap(), csv);
+    }
+
+    fn errors_of(csv: &str) -> Vec<String> {
+        Workload::from_csv(csv.as_bytes(), false).unwrap_err().errors.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn extreme_values_are_refused_with_the_column_and_the_bound() {
+        let csv = "submit_s,gpus,runtime_s,team,min_runtime_s\n\
+                   0,1,10,a,\n\
+                   9223372036854775807,1,10,a,\n\
+                   -3153600001,1,10,a,\n\
+                   99999999999999999999999,1,10,a,\n\
+                   0,1,1000000000000,a,\n\
+                   0,-2,10,a,\n\
+                   0,1000001,10,a,\n\
+                   0,1.5,10,a,\n\
+                   0,1,10,a,315360001\n\
+                   0,1,10,a,-1\n\
+                   0,1,-5,a,\n";
+        assert_eq!(
+            errors_of(csv),
+            [
+                "line 3: submit_s 9223372036854775807 exceeds the limit of 3153600000 (100 years)",
+                "line 4: submit_s -3153600001 is below the limit of -3153600000 (100 years before 0)",
+                "line 5: submit_s 99999999999999999999999 exceeds the limit of 3153600000 (100 years)",
+                "line 6: runtime_s 1000000000000 exceeds the limit of 315360000 (10 years)",
+                "line 7: gpus must be a positive whole number, got -2",
+                "line 8: gpus 1000001 exceeds the limit of 1000000 (GPUs for one job)",
+                "line 9: gpus '1.5' is not a positive whole number",
+                "line 10: min_runtime_s 315360001 exceeds the limit of 315360000 (10 years)",
+                "line 11: min_runtime_s must be 0 or more, got -1",
+                "line 12: runtime_s must be at least 1, got -5",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_largest_accepted_values_are_read() {
+        let csv = format!(
+            "submit_s,gpus,runtime_s,team,min_runtime_s\n{},{MAX_GPUS},{MAX_RUNTIME_S},a,{MAX_RUNTIME_S}\n{},1,1,a,0\n",
+            MAX_SUBMIT_S, -MAX_SUBMIT_S
+        );
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        assert_eq!(w.span(), (-MAX_SUBMIT_S, MAX_SUBMIT_S));
+        assert_eq!(w.jobs[1].runtime, MAX_RUNTIME_S);
+        assert_eq!(w.jobs[1].gpus, MAX_GPUS);
+    }
+
+    /// The simulator runs to the end on the largest values the reader
+    /// accepts: no overflow, and no memory or time out of proportion.
+    #[test]
+    fn the_simulator_finishes_on_the_largest_accepted_values() {
+        use crate::{simulate, ClusterSpec, Config, PolicyKind};
+        let csv = format!(
+            "submit_s,gpus,runtime_s,team,min_runtime_s\n\
+             {lo},1,{MAX_RUNTIME_S},a,0\n\
+             {lo},8,{MAX_RUNTIME_S},b,\n\
+             {lo},{MAX_GPUS},{MAX_RUNTIME_S},a,{MAX_RUNTIME_S}\n\
+             {hi},8,{MAX_RUNTIME_S},a,28800\n\
+             {hi},4,{MAX_RUNTIME_S},b,0\n",
+            lo = -MAX_SUBMIT_S,
+            hi = MAX_SUBMIT_S
+        );
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        let tree = crate::prepare::equal_share_budget(&w).unwrap();
+        for policy in [PolicyKind::Allot, PolicyKind::Baseline] {
+            let cfg = Config::new(ClusterSpec { nodes: 1, gpus_per_node: 8 }, tree.clone(), policy);
+            let sim = simulate(&w, &cfg, &mut |_| {});
+            assert_eq!(sim.outcome.jobs.len(), w.jobs.len(), "{policy:?}");
+            assert!(sim.outcome.end >= MAX_SUBMIT_S, "{policy:?} stopped at {}", sim.outcome.end);
+        }
     }
 }
