@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install allot's three Slurm plugins, built by
-#     cargo build --release -p priority-allot -p job-submit-allot -p preempt-allot
+# Install allot's four Slurm plugins, built by
+#     cargo build --release -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot
 # into a Slurm PluginDir, under the names slurmctld looks for:
 #     libpriority_allot.so   -> PLUGINDIR/priority_allot.so    (PriorityType=priority/allot)
 #     libjob_submit_allot.so -> PLUGINDIR/job_submit_allot.so  (JobSubmitPlugins=allot)
 #     libpreempt_allot.so    -> PLUGINDIR/preempt_allot.so     (PreemptType=preempt/allot)
+#     libjobcomp_allot.so    -> PLUGINDIR/jobcomp_allot.so     (JobCompType=jobcomp/allot)
 #
 # Usage: scripts/install-plugins.sh PLUGINDIR
 #   The .so files are taken from cargo's target directory ($CARGO_TARGET_DIR,
@@ -17,8 +18,8 @@
 # does not reload plugins).
 set -euo pipefail
 
-readonly PLUGINS=(priority_allot job_submit_allot preempt_allot)
-readonly CRATES=(priority-allot job-submit-allot preempt-allot)
+readonly PLUGINS=(priority_allot job_submit_allot preempt_allot jobcomp_allot)
+readonly CRATES=(priority-allot job-submit-allot preempt-allot jobcomp-allot)
 
 die() { printf 'install-plugins: ERROR: %s\n' "$*" >&2; exit 1; }
 usage() { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
@@ -38,7 +39,7 @@ done
 [[ $target_dir == /* ]] || target_dir=$repo_root/$target_dir
 release_dir=$target_dir/release
 
-# Check all three before touching PLUGINDIR: never install a partial set.
+# Check all of them before touching PLUGINDIR: never install a partial set.
 missing=()
 for p in "${PLUGINS[@]}"; do
     [[ -f $release_dir/lib$p.so ]] || missing+=("$release_dir/lib$p.so")

@@ -66,7 +66,7 @@ const LAYOUT: &[(&str, &[&str])] = &[
             "account", "array_inx", "begin_time", "bitflags", "comment", "group_id", "max_nodes",
             "min_nodes", "name", "num_tasks", "partition", "priority", "qos", "requeue", "script",
             "time_limit", "time_min", "tres_per_job", "tres_per_node", "tres_per_socket",
-            "tres_per_task", "user_id", "work_dir",
+            "tres_per_task", "user_id", "warn_flags", "warn_signal", "warn_time", "work_dir",
         ],
     ),
     (
@@ -78,7 +78,7 @@ const LAYOUT: &[(&str, &[&str])] = &[
     ),
     (
         "node_record_t",
-        &["comment", "cpus", "gres_list", "index", "name", "node_state", "real_memory"],
+        &["comment", "cpus", "gres", "gres_list", "index", "name", "node_state", "real_memory"],
     ),
     (
         "job_queue_rec_t",
@@ -104,7 +104,7 @@ const LAYOUT: &[(&str, &[&str])] = &[
     (
         "slurm_conf_t",
         &[
-            "cluster_name", "debug_flags", "job_submit_plugins", "plugindir", "preempt_mode",
+            "cluster_name", "debug_flags", "job_comp_type", "job_submit_plugins", "plugindir", "preempt_mode",
             "preempt_type", "priority_type", "sched_params", "slurmctld_params", "slurm_user_id",
         ],
     ),

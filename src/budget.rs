@@ -725,7 +725,9 @@ impl BudgetTree {
 
     /// The leaf an account is charged to (accounts compare case-insensitively).
     pub fn leaf_of_account(&self, account: &str) -> Option<LeafId> {
-        self.by_account.get(&account.to_lowercase()).copied()
+        // The same spelling rules as `leaf_for_job`: what a submission was
+        // checked against is what its runs are charged to.
+        self.by_account.get(&account.trim().to_lowercase()).copied()
     }
 
     /// Whether `user` may charge `leaf`.

@@ -141,6 +141,15 @@ const MIGRATIONS: &[&str] = &[
     ) STRICT;
     CREATE INDEX events_by_job ON events(job_id);
     "#,
+    // 2: an identity per ledger file, so a plugin can tell a ledger that
+    // replaced the one it wrote to (deleted and re-created, recovered,
+    // restored from a backup) from the same one reopened.
+    r#"
+    CREATE TABLE ledger_identity (
+        id TEXT NOT NULL
+    ) STRICT;
+    INSERT INTO ledger_identity (id) VALUES (lower(hex(randomblob(16))));
+    "#,
 ];
 
 fn migrations() -> Migrations<'static> {

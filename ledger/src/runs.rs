@@ -133,6 +133,11 @@ impl Ledger {
         })
     }
 
+    /// This ledger file's identity: random, made when the file was created.
+    pub fn identity(&self) -> Result<String> {
+        self.read(|c| c.query_row("SELECT id FROM ledger_identity", [], |r| r.get(0)))
+    }
+
     /// Runs still open: after a restart, the runs to pick up again.
     pub fn open_runs(&self) -> Result<Vec<RunRow>> {
         self.read(|c| {

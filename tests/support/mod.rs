@@ -90,7 +90,7 @@ impl JobInfo {
 /// Parses `scontrol show job -o` output: one job per line of `Key=Value`
 /// pairs, keys capitalized. A value with spaces (a Comment such as
 /// `sweep 3 min_runtime=2h`) continues until the next capitalized key.
-fn parse_jobs(text: &str) -> Vec<JobInfo> {
+pub fn parse_jobs(text: &str) -> Vec<JobInfo> {
     let mut out = Vec::new();
     for line in text.lines().filter(|l| l.starts_with("JobId=")) {
         let mut fields = std::collections::HashMap::new();
@@ -122,7 +122,7 @@ impl TestCluster {
     pub fn start(name: &str, budget: &str, options: Options) -> TestCluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         assert!(nix::unistd::Uid::current().is_root(), "cluster tests need root (they run slurmd and submit as test users); CI runs them as root");
-        for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "allot"] {
+        for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "libjobcomp_allot.so", "allot"] {
             assert!(target_release().join(f).exists(), "{} is missing: run `cargo build --release --workspace` first (the README's test command does)", f);
         }
         ensure_users();
@@ -169,6 +169,32 @@ impl TestCluster {
         };
         cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.job_dir());
         cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    /// A Slurm command whose arguments may be any bytes (not only UTF-8).
+    pub fn slurm_os(&self, user: Option<&str>, program: &str, args: &[std::ffi::OsString]) -> Output {
+        let mut cmd = match user {
+            Some(u) => {
+                let mut c = Command::new("runuser");
+                c.args(["-u", u, "--", program]);
+                c
+            }
+            None => Command::new(program),
+        };
+        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.job_dir());
+        cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    /// Every job slurmctld knows, times in Unix seconds (SLURM_TIME_FORMAT=%s)
+    /// so that they compare exactly with the ledger's.
+    pub fn jobs_epoch(&self) -> Vec<JobInfo> {
+        let out = Command::new("scontrol")
+            .args(["show", "job", "-o"])
+            .env("SLURM_CONF", self.slurm_conf())
+            .env("SLURM_TIME_FORMAT", "%s")
+            .output()
+            .expect("scontrol runs");
+        parse_jobs(&String::from_utf8_lossy(&out.stdout))
     }
 
     /// `allot --ledger <this cluster's> ARGS` (as root).

@@ -9,17 +9,24 @@
 //! - The job's `--account` (or, without one, the user's default leaf) must
 //!   be a leaf the user belongs to; otherwise the refusal lists the budgets
 //!   the user may use. A job without an account gets its leaf's account.
-//! - `job_modify` re-checks the same on `scontrol update`.
+//! - The account is canonicalised once, here: `-A " Tracking "`, `-A ""` or
+//!   no `-A` become the exact account the budget file names for the leaf
+//!   that was checked, so what is charged is what was checked. Comments and
+//!   accounts that are not UTF-8 are refused, never defaulted.
+//! - `job_modify` re-checks the same on `scontrol update`, and refuses to
+//!   change the contract or the budget of a job that has started.
 //!
 //! If no budget could ever be read from the ledger, jobs are accepted
 //! unchanged (and that is logged): allot must not stop a cluster from
 //! scheduling.
 
-use allot::budget::LeafRefusal;
-use allot::contract::{parse_comment, ContractError};
+use allot::budget::{BudgetTree, LeafRefusal};
+use allot::contract::{parse_comment, Contract, ContractError, ContractRules};
 use allot_slurm::config::AllotConf;
-use allot_slurm::job::{Job, JobDesc};
-use allot_slurm::snapshot::FollowerThread;
+use allot_slurm::job::{Job, JobDesc, NotUtf8};
+use allot_slurm::policy::{contract_of, leaf_of};
+use allot_slurm::snapshot::{FollowerThread, PolicySnapshot};
+use std::sync::Arc;
 use allot_slurm::{sys, JobSubmitPlugin, Plugin, Refusal};
 
 /// How often the budget is re-read from the ledger: new budgets apply to
@@ -59,56 +66,142 @@ impl Plugin for JobSubmitAllot {
     }
 }
 
+/// Slurm refuses a comment longer than this (`_test_job_desc_fields` in
+/// slurmctld's job_mgr.c), with the misleading "Pathname too long".
+const SLURM_COMMENT_MAX: usize = 1024;
+
+fn utf8_refusal(e: NotUtf8) -> Refusal {
+    let code = if e.field == "account" { sys::ESLURM_INVALID_ACCOUNT as i32 } else { sys::SLURM_ERROR };
+    Refusal { code, message: format!("allot: {e}; use plain text") }
+}
+
+/// The canonical comment, or a refusal if Slurm could not store it.
+fn canonical_comment(comment: &str, rules: ContractRules) -> Result<(String, Contract), Refusal> {
+    let parsed = parse_comment(comment, rules).map_err(contract_refusal)?;
+    let canonical = parsed.canonical_comment();
+    if canonical.len() > SLURM_COMMENT_MAX {
+        return Err(Refusal {
+            code: sys::SLURM_ERROR,
+            message: format!(
+                "allot: the comment would be {} bytes with its contract '{}' written out, and Slurm keeps at most {SLURM_COMMENT_MAX}: shorten its other text by {} bytes",
+                canonical.len(),
+                parsed.contract.canonical(),
+                canonical.len() - SLURM_COMMENT_MAX
+            ),
+        });
+    }
+    Ok((canonical, parsed.contract))
+}
+
+/// What a job will be charged to: the leaf and the one spelling of its
+/// account that the job record will carry (so the account slurmctld stores
+/// is exactly the one checked here, and charging finds it).
+struct Charged {
+    account: String,
+    leaf_path: String,
+}
+
 impl JobSubmitAllot {
-    /// Checks (and canonicalizes) a comment and an account for `user_id`.
-    /// `account` is the one requested, or `None` to use the default leaf.
-    fn check(&self, desc: &mut JobDesc<'_>, user_id: u32, comment: Option<&str>, account: Option<&str>, fill_account: bool) -> Result<(), Refusal> {
-        let loaded = self.follower.as_ref().map(FollowerThread::load);
-        let Some(snapshot) = loaded.as_ref().and_then(|g| g.as_deref()) else {
+    /// The budget snapshot, or `None` when no budget was ever read (then
+    /// jobs pass unchecked, logged: allot must not stop a cluster).
+    fn snapshot(&self) -> Option<Arc<PolicySnapshot>> {
+        let loaded = self.follower.as_ref().and_then(|f| f.load().clone());
+        if loaded.is_none() {
             log::warn!("no budget has been read from {}: accepting the job unchecked", self.conf.ledger_path.display());
-            return Ok(());
-        };
-        let tree = &snapshot.tree;
-        if let Some(comment) = comment {
-            let parsed = parse_comment(comment, snapshot.rules).map_err(contract_refusal)?;
-            desc.set_comment(&parsed.canonical_comment());
         }
+        loaded
+    }
+
+    /// Maps `account` (None or blank: the user's default) to the leaf
+    /// `user_id` charges, or refuses. `Ok(None)`: an account outside the
+    /// tree that this cluster lets through uncharged.
+    fn charged(&self, tree: &BudgetTree, user_id: u32, account: Option<&str>) -> Result<Option<Charged>, Refusal> {
         let user = allot_slurm::user_name(user_id);
+        let account = account.map(str::trim).filter(|a| !a.is_empty());
         let leaf = match tree.leaf_for_job(&user, account) {
             Ok(leaf) => leaf,
             // Admins may charge any existing leaf.
             Err(LeafRefusal::NotMember { .. }) if is_admin(user_id) => match account.and_then(|a| tree.leaf_of_account(a)) {
                 Some(leaf) => leaf,
-                None => return Ok(()),
+                None => return Ok(None),
             },
-            Err(LeafRefusal::UnknownAccount { .. }) if !self.conf.refuse_unknown_accounts => return Ok(()),
+            Err(LeafRefusal::UnknownAccount { .. }) if !self.conf.refuse_unknown_accounts => return Ok(None),
             Err(e) => return Err(leaf_refusal(e)),
         };
-        if fill_account && account.is_none() {
-            desc.set_account(&tree.leaf_node(leaf).accounts[0]);
-        }
-        Ok(())
+        let node = tree.leaf_node(leaf);
+        // The spelling the budget file gives: the named account if it is one
+        // of the leaf's, else (no account named) the leaf's first.
+        let named = account.map(str::to_lowercase);
+        let account = named.filter(|a| node.accounts.iter().any(|x| x == a)).unwrap_or_else(|| node.accounts[0].clone());
+        Ok(Some(Charged { account, leaf_path: node.path.clone() }))
     }
 }
 
 impl JobSubmitPlugin for JobSubmitAllot {
     fn submit(&self, desc: &mut JobDesc<'_>, _submit_uid: u32) -> Result<(), Refusal> {
+        let comment = desc.comment().map_err(utf8_refusal)?.unwrap_or("").to_owned();
+        let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
+        let Some(s) = self.snapshot() else { return Ok(()) };
         // A missing comment is the empty contract: the default minimum
         // runtime, written out so that everyone sees it.
-        let comment = desc.comment().unwrap_or("").to_owned();
-        let account = desc.account().map(str::to_owned);
-        let user = desc.user_id();
-        self.check(desc, user, Some(&comment), account.as_deref(), true)
+        let (canonical, _) = canonical_comment(&comment, s.rules)?;
+        let charged = self.charged(&s.tree, desc.user_id(), account.as_deref())?;
+        desc.set_comment(&canonical);
+        if let Some(c) = charged {
+            if account.as_deref() != Some(c.account.as_str()) {
+                log::debug!("account {:?} of a submission by uid {} is {} ({})", account, desc.user_id(), c.account, c.leaf_path);
+            }
+            desc.set_account(&c.account);
+        }
+        Ok(())
     }
 
     fn modify(&self, desc: &mut JobDesc<'_>, job: Job<'_>, _submit_uid: u32) -> Result<(), Refusal> {
         // Only what the update changes is checked; the rest was checked at submission.
-        let comment = desc.comment().map(str::to_owned);
-        let account = desc.account().map(str::to_owned);
+        let comment = desc.comment().map_err(utf8_refusal)?.map(str::to_owned);
+        let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
         if comment.is_none() && account.is_none() {
             return Ok(());
         }
-        let account = account.or_else(|| job.account().map(str::to_owned));
-        self.check(desc, job.user_id(), comment.as_deref(), account.as_deref(), false)
+        let Some(s) = self.snapshot() else { return Ok(()) };
+        // Once a job has started, its contract and budget are what it holds
+        // its GPUs under: what is charged, protected and preempted must not
+        // change under it. Edits that leave both as they are still pass.
+        let started = !job.is_pending();
+        if let Some(comment) = &comment {
+            let (canonical, contract) = canonical_comment(comment, s.rules)?;
+            let current = contract_of(&job, s.rules);
+            if started && contract != current {
+                return Err(Refusal {
+                    code: sys::ESLURM_JOB_NOT_PENDING as i32,
+                    message: format!(
+                        "allot: JobId={} has started: its contract '{}' holds until it ends (asked: '{}'); a contract can change only while the job is pending",
+                        job.id(),
+                        current.canonical(),
+                        contract.canonical()
+                    ),
+                });
+            }
+            desc.set_comment(&canonical);
+        }
+        if let Some(account) = &account {
+            let charged = self.charged(&s.tree, job.user_id(), Some(account))?;
+            let now_leaf = leaf_of(&job, &s.tree).map(|l| s.tree.leaf_node(l).path.clone());
+            let new_leaf = charged.as_ref().map(|c| c.leaf_path.clone());
+            if started && (now_leaf != new_leaf || job.account() != charged.as_ref().map(|c| c.account.as_str())) {
+                return Err(Refusal {
+                    code: sys::ESLURM_JOB_NOT_PENDING as i32,
+                    message: format!(
+                        "allot: JobId={} has started: it is charged to {} until it ends; its account can change only while it is pending",
+                        job.id(),
+                        now_leaf.as_deref().unwrap_or("no budget")
+                    ),
+                });
+            }
+            if let Some(c) = charged {
+                desc.set_account(&c.account);
+            }
+        }
+        Ok(())
     }
 }

@@ -19,11 +19,12 @@ use allot_slurm::{Plugin, PriorityPlugin};
 mod runs;
 mod worker;
 
-use worker::{OrderState, Signal, Worker};
+use worker::{OrderState, RunEnd, RunEnds, Signal, Worker};
 
 pub struct PriorityAllot {
     order: Arc<Mutex<OrderState>>,
     signal: Arc<Signal>,
+    run_ends: Arc<RunEnds>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -42,6 +43,7 @@ impl Plugin for PriorityAllot {
     fn init() -> Result<Self, String> {
         let order = Arc::new(Mutex::new(OrderState::default()));
         let signal = Arc::new(Signal::default());
+        let run_ends = Arc::new(RunEnds::default());
         let mut thread = None;
         if in_slurmctld() {
             let conf = allot_slurm::load_allot_conf()?;
@@ -52,14 +54,20 @@ impl Plugin for PriorityAllot {
                 conf.ledger_path.display(),
                 conf.recompute_period.as_secs()
             );
-            let worker = Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone());
+            if !allot_slurm::jobcomp_type().is_some_and(|t| t == "jobcomp/allot") {
+                log::error!(
+                    "JobCompType is {:?}, not jobcomp/allot: runs are charged only as the recompute thread sees them, so runs shorter than RecomputePeriod can go uncharged",
+                    allot_slurm::jobcomp_type().unwrap_or_default()
+                );
+            }
+            let worker = Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone());
             let handle = std::thread::Builder::new()
                 .name("allot-priority".into())
                 .spawn(move || worker.run(ctld))
                 .map_err(|e| format!("cannot start the recompute thread: {e}"))?;
             thread = Some(handle);
         }
-        Ok(PriorityAllot { order, signal, thread: Mutex::new(thread) })
+        Ok(PriorityAllot { order, signal, run_ends, thread: Mutex::new(thread) })
     }
 
     fn fini(&self) {
@@ -87,6 +95,10 @@ impl PriorityPlugin for PriorityAllot {
 
     fn reconfig(&self) {
         self.signal.wake();
+    }
+
+    fn run_ended(&self, job: allot_slurm::job::Job<'_>) {
+        self.run_ends.push(RunEnd::of(&job));
     }
 
     fn fairshare_factor(&self, job: allot_slurm::job::Job<'_>) -> Option<f64> {

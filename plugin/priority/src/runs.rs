@@ -1,11 +1,20 @@
 //! The priority plugin's memory of job runs: what is running now, what ran
 //! inside the lookback window, and what the ledger has yet to hear about.
 //!
-//! Each period the worker tells the book which jobs it saw running; the book
-//! opens runs for new ones, closes runs that stopped, and hands back the
-//! ledger updates. Updates that could not be written (ledger broken) stay
-//! queued and go out with the next successful write, so the ledger catches
-//! up (opening or closing a run twice is harmless there).
+//! Two sources feed the book, both under slurmctld's job lock:
+//!
+//! - every run's end, exactly, as slurmctld tells jobcomp/allot
+//!   ([`RunBook::run_ended`]): a run is charged however short it was, and a
+//!   run that was requeued and started again between two recomputes is
+//!   still its own run;
+//! - each recompute's walk of the job list ([`RunBook::observe`]): runs in
+//!   progress, charged up to now, and the fallback end of a run whose end
+//!   no one reported (jobcomp/allot not configured, a suspension).
+//!
+//! Updates that could not be written (ledger broken) stay queued and go out
+//! with the next successful write. When the ledger file is replaced (deleted
+//! and re-created, restored, recovered) the whole window is written again
+//! ([`RunBook::rewrite_all`]): opening or closing a run twice is harmless.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,73 +27,176 @@ use allot_ledger::{RunRow, RunUpdate};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Observed {
     pub job_id: u32,
+    /// Start of the current stretch of running (after a resume: the resume).
     pub run_start: i64,
     pub gpus: u32,
     pub leaf: Option<Arc<str>>,
     pub allocated: bool,
     pub account: Option<String>,
     pub user: Option<String>,
+    /// Seconds the job ran before its last suspension (0: never suspended).
+    pub ran_before: i64,
+}
+
+/// A run's end as slurmctld reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ended {
+    pub job_id: u32,
+    /// The run's start as the job record has it (a resumed run: the
+    /// original start; the book knows better).
+    pub run_start: i64,
+    pub run_end: i64,
+    pub gpus: u32,
+    pub leaf: Option<Arc<str>>,
+    pub allocated: bool,
+    pub account: Option<String>,
+    pub user: Option<String>,
+    /// `completed`, `preempted`, `requeued`, `node_fail`, ...
+    pub reason: &'static str,
+    /// The last resume, if the run was suspended and resumed.
+    pub resumed_at: Option<i64>,
+    /// Seconds it ran before its last suspension.
+    pub ran_before_resume: i64,
 }
 
 #[derive(Debug, Clone)]
 struct Run {
-    leaf_path: Option<Arc<str>>,
+    row: RunRow,
     leaf: Option<LeafId>,
-    gpus: u32,
-    allocated: bool,
-    end: Option<i64>,
 }
 
-/// How a run that is no longer running ended, as far as the walk could see.
+impl Run {
+    fn interval(&self) -> Option<Interval> {
+        Some(self.row.interval(self.leaf?))
+    }
+}
+
+/// How a run that is no longer running ended, as far as the walk could see
+/// (used only for runs whose end nobody reported).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
     /// Finished (completed, failed, cancelled...) at this time.
     Finished(i64),
+    /// Suspended at this time.
+    Suspended(i64),
     /// Back in the queue (preempted or requeued).
     Requeued,
-    /// Gone from the job list, or suspended.
+    /// Gone from the job list.
     Unknown,
 }
 
 #[derive(Default)]
 pub struct RunBook {
     open: HashMap<(u32, i64), Run>,
-    closed: Vec<(i64, Run)>,
+    /// The start of each job's open run (a job runs at most once at a time).
+    open_by_job: HashMap<u32, i64>,
+    closed: Vec<Run>,
+    /// The end of each job's last closed run in the window: a reported run
+    /// starts no earlier (a resumed job's record keeps its first start).
+    last_end: HashMap<u32, i64>,
     unwritten: Vec<RunUpdate>,
+}
+
+fn leaf_in(tree: &BudgetTree, path: Option<&str>) -> Option<LeafId> {
+    path.and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf)
 }
 
 impl RunBook {
     /// Starts from the ledger's runs that overlap the window.
     pub fn from_ledger(rows: Vec<RunRow>, tree: &BudgetTree) -> RunBook {
         let mut book = RunBook::default();
-        for r in rows {
-            let leaf_path: Option<Arc<str>> = r.leaf.map(Arc::from);
-            let leaf = leaf_path.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
-            let run = Run { leaf_path, leaf, gpus: r.gpus, allocated: r.allocated, end: r.run_end };
-            match r.run_end {
+        book.merge_ledger(rows, tree);
+        book
+    }
+
+    /// Adds the ledger's runs the book does not have (after a start on a
+    /// ledger that could not be read at first).
+    pub fn merge_ledger(&mut self, rows: Vec<RunRow>, tree: &BudgetTree) {
+        let mut known: std::collections::HashSet<(u32, i64)> = self.closed.iter().map(|r| (r.row.job_id, r.row.run_start)).collect();
+        for row in rows {
+            let leaf = leaf_in(tree, row.leaf.as_deref());
+            let key = (row.job_id, row.run_start);
+            match row.run_end {
                 None => {
-                    book.open.insert((r.job_id, r.run_start), run);
+                    if !self.open.contains_key(&key) && !self.open_by_job.contains_key(&row.job_id) {
+                        self.open_by_job.insert(row.job_id, row.run_start);
+                        self.open.insert(key, Run { row, leaf });
+                    }
                 }
-                Some(_) => book.closed.push((r.run_start, run)),
+                Some(end) => {
+                    if !known.insert(key) {
+                        continue;
+                    }
+                    let last = self.last_end.entry(row.job_id).or_insert(end);
+                    *last = (*last).max(end);
+                    self.closed.push(Run { row, leaf });
+                }
             }
         }
-        book
     }
 
     /// Points every run at its leaf in a new budget tree (leaves removed
     /// from the budget are no longer charged to anyone).
     pub fn remap(&mut self, tree: &BudgetTree) {
-        let leaf_of = |path: &Option<Arc<str>>| path.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
-        for run in self.open.values_mut() {
-            run.leaf = leaf_of(&run.leaf_path);
-        }
-        for (_, run) in self.closed.iter_mut() {
-            run.leaf = leaf_of(&run.leaf_path);
+        for run in self.open.values_mut().chain(self.closed.iter_mut()) {
+            run.leaf = leaf_in(tree, run.row.leaf.as_deref());
         }
     }
 
+    /// A run's end, as slurmctld reported it. Closes the job's open run
+    /// exactly, or records a whole run the walks never saw.
+    pub fn run_ended(&mut self, e: Ended, tree: &BudgetTree) {
+        if let Some(start) = self.open_by_job.remove(&e.job_id) {
+            let mut run = self.open.remove(&(e.job_id, start)).expect("open_by_job indexes open");
+            let end = e.run_end.max(start);
+            run.row.run_end = Some(end);
+            run.row.end_reason = Some(e.reason.to_owned());
+            self.unwritten.push(RunUpdate::Close { job_id: e.job_id, run_start: start, run_end: end, reason: e.reason.to_owned() });
+            self.close(run);
+            return;
+        }
+        // Never seen running: charge it from the record. A job that never
+        // started (cancelled while pending) has no start, or no GPUs.
+        let start = e.run_start.max(self.last_end.get(&e.job_id).copied().unwrap_or(i64::MIN));
+        if e.run_start <= 0 || e.run_end <= start || e.gpus == 0 {
+            return;
+        }
+        // A run suspended and resumed ran `ran_before_resume` seconds before
+        // its last suspension, then from the resume on: suspended time is
+        // not GPU time used.
+        let stretches = match e.resumed_at {
+            Some(resume) if resume > start && resume <= e.run_end => vec![(start, (start + e.ran_before_resume.max(0)).min(resume)), (resume, e.run_end)],
+            _ => vec![(start, e.run_end)],
+        };
+        let leaf = leaf_in(tree, e.leaf.as_deref());
+        for (from, to) in stretches.into_iter().filter(|(from, to)| to > from) {
+            let row = RunRow {
+                job_id: e.job_id,
+                run_start: from,
+                run_end: Some(to),
+                leaf: e.leaf.as_deref().map(str::to_owned),
+                account: e.account.clone(),
+                user: e.user.clone(),
+                gpus: e.gpus,
+                allocated: e.allocated,
+                end_reason: Some(if to == e.run_end { e.reason } else { "suspended" }.to_owned()),
+            };
+            self.unwritten.push(RunUpdate::Open(row.clone()));
+            self.close(Run { row, leaf });
+        }
+    }
+
+    fn close(&mut self, run: Run) {
+        let end = run.row.run_end.expect("closed runs have an end");
+        let last = self.last_end.entry(run.row.job_id).or_insert(end);
+        *last = (*last).max(end);
+        self.closed.push(run);
+    }
+
     /// Takes in one walk's running jobs (`running`) and how the others ended
-    /// (`ending`, by job id). Returns nothing; updates queue for the ledger.
+    /// (`ending`, by job id): opens runs for new ones, and closes open runs
+    /// no longer running whose end was not reported. Call after
+    /// [`RunBook::run_ended`] for the reports of the same walk.
     pub fn observe(&mut self, now: i64, running: &[Observed], tree: &BudgetTree, ending: impl Fn(u32) -> Ending) {
         let mut still: HashMap<(u32, i64), ()> = HashMap::with_capacity(running.len());
         for o in running {
@@ -93,9 +205,15 @@ impl RunBook {
             if self.open.contains_key(&key) {
                 continue;
             }
-            let leaf = o.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
-            self.open.insert(key, Run { leaf_path: o.leaf.clone(), leaf, gpus: o.gpus, allocated: o.allocated, end: None });
-            self.unwritten.push(RunUpdate::Open(RunRow {
+            if let Some(&old) = self.open_by_job.get(&o.job_id) {
+                // Another stretch of the same job while its earlier one is
+                // still open (suspended and resumed between two walks): the
+                // earlier one ran at most what the job ran before its last
+                // suspension, and ended at the latest when this one began.
+                let end = (old + o.ran_before.max(0)).min(o.run_start).max(old);
+                self.close_open(o.job_id, old, end, "suspended");
+            }
+            let row = RunRow {
                 job_id: o.job_id,
                 run_start: o.run_start,
                 run_end: None,
@@ -105,38 +223,70 @@ impl RunBook {
                 gpus: o.gpus,
                 allocated: o.allocated,
                 end_reason: None,
-            }));
+            };
+            self.unwritten.push(RunUpdate::Open(row.clone()));
+            self.open_by_job.insert(o.job_id, o.run_start);
+            self.open.insert(key, Run { row, leaf: leaf_in(tree, o.leaf.as_deref()) });
         }
         let stopped: Vec<(u32, i64)> = self.open.keys().filter(|k| !still.contains_key(k)).copied().collect();
-        for key in stopped {
-            let mut run = self.open.remove(&key).expect("key came from the map");
-            let (end, reason) = match ending(key.0) {
-                // Trust Slurm's end time when it is plausible.
-                Ending::Finished(t) if t >= key.1 && t <= now => (t, "finished"),
+        for (job_id, start) in stopped {
+            let plausible = |t: i64| t >= start && t <= now;
+            let (end, reason) = match ending(job_id) {
+                // Trust Slurm's times when they are plausible.
+                Ending::Finished(t) if plausible(t) => (t, "finished"),
                 Ending::Finished(_) => (now, "finished"),
+                Ending::Suspended(t) if plausible(t) => (t, "suspended"),
+                Ending::Suspended(_) => (now, "suspended"),
                 Ending::Requeued => (now, "requeued"),
                 Ending::Unknown => (now, "gone"),
             };
-            run.end = Some(end);
-            self.unwritten.push(RunUpdate::Close { job_id: key.0, run_start: key.1, run_end: end, reason: reason.to_owned() });
-            self.closed.push((key.1, run));
+            self.close_open(job_id, start, end, reason);
         }
+    }
+
+    fn close_open(&mut self, job_id: u32, start: i64, end: i64, reason: &str) {
+        let Some(mut run) = self.open.remove(&(job_id, start)) else { return };
+        if self.open_by_job.get(&job_id) == Some(&start) {
+            self.open_by_job.remove(&job_id);
+        }
+        run.row.run_end = Some(end);
+        run.row.end_reason = Some(reason.to_owned());
+        self.unwritten.push(RunUpdate::Close { job_id, run_start: start, run_end: end, reason: reason.to_owned() });
+        self.close(run);
     }
 
     /// Forgets closed runs that ended before the window.
     pub fn prune(&mut self, window_start: i64) {
-        self.closed.retain(|(_, r)| r.end.is_none_or(|e| e > window_start));
+        self.closed.retain(|r| r.row.run_end.is_none_or(|e| e > window_start));
+        self.last_end.retain(|_, end| *end > window_start);
     }
 
     /// Every run as a policy interval (runs outside the tree are skipped).
     pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
-        let open = self.open.iter().map(|(k, r)| (k.1, r));
-        let closed = self.closed.iter().map(|(s, r)| (*s, r));
-        open.chain(closed).filter_map(|(start, r)| Some(Interval { leaf: r.leaf?, gpus: r.gpus, start, end: r.end, allocated: r.allocated }))
+        self.open.values().chain(self.closed.iter()).filter_map(Run::interval)
     }
 
     pub fn open_runs(&self) -> usize {
         self.open.len()
+    }
+
+    /// Queues every run in the window for writing again, ahead of what is
+    /// queued: for a ledger that replaced the one they were written to.
+    pub fn rewrite_all(&mut self) {
+        let mut all = Vec::with_capacity(self.open.len() + 2 * self.closed.len() + self.unwritten.len());
+        for run in self.closed.iter().chain(self.open.values()) {
+            let mut opened = run.row.clone();
+            // Written open first, then closed: a ledger that still has the
+            // run open (a restored copy) gets its end too.
+            opened.run_end = None;
+            opened.end_reason = None;
+            all.push(RunUpdate::Open(opened));
+            if let (Some(end), Some(reason)) = (run.row.run_end, &run.row.end_reason) {
+                all.push(RunUpdate::Close { job_id: run.row.job_id, run_start: run.row.run_start, run_end: end, reason: reason.clone() });
+            }
+        }
+        all.append(&mut self.unwritten);
+        self.unwritten = all;
     }
 
     /// The updates not yet in the ledger; call [`RunBook::written`] once
@@ -159,7 +309,15 @@ mod tests {
     }
 
     fn seen(job_id: u32, start: i64, gpus: u32, leaf: &str, allocated: bool) -> Observed {
-        Observed { job_id, run_start: start, gpus, leaf: Some(Arc::from(leaf)), allocated, account: None, user: None }
+        Observed { job_id, run_start: start, gpus, leaf: Some(Arc::from(leaf)), allocated, account: None, user: None, ran_before: 0 }
+    }
+
+    fn ended(job_id: u32, start: i64, end: i64, gpus: u32, leaf: &str, reason: &'static str) -> Ended {
+        Ended { job_id, run_start: start, run_end: end, gpus, leaf: Some(Arc::from(leaf)), allocated: true, account: None, user: None, reason, resumed_at: None, ran_before_resume: 0 }
+    }
+
+    fn charged(book: &RunBook, now: i64) -> Vec<i64> {
+        usage_in_window(book.intervals().collect::<Vec<_>>().iter(), 2, now, now).charged
     }
 
     #[test]
@@ -181,6 +339,66 @@ mod tests {
         assert_eq!(u.unallocated, vec![0, 4 * 105]);
         book.prune(160);
         assert_eq!(book.intervals().count(), 2, "job 1 ended before the window");
+    }
+
+    #[test]
+    fn a_reported_end_is_exact_and_a_run_never_seen_is_charged() {
+        let t = tree();
+        let mut book = RunBook::default();
+        book.observe(100, &[seen(1, 90, 2, "a", true)], &t, |_| Ending::Unknown);
+        // Job 1 ended at 103 (preempted), job 2 ran 2 s between two walks,
+        // then job 1 ran again from 115 (requeued and restarted) and ended.
+        book.run_ended(ended(1, 90, 103, 2, "a", "preempted"), &t);
+        book.run_ended(ended(2, 104, 106, 8, "b", "completed"), &t);
+        book.run_ended(ended(1, 115, 117, 2, "a", "completed"), &t);
+        // A job cancelled while pending: no run.
+        book.run_ended(ended(3, 0, 120, 0, "b", "cancelled"), &t);
+        book.observe(130, &[], &t, |_| Ending::Unknown);
+        assert_eq!(charged(&book, 130), vec![2 * 13 + 2 * 2, 8 * 2]);
+        let reasons: Vec<_> = book.closed.iter().map(|r| (r.row.job_id, r.row.run_start, r.row.end_reason.clone().unwrap())).collect();
+        assert_eq!(reasons, vec![(1, 90, "preempted".into()), (2, 104, "completed".into()), (1, 115, "completed".into())]);
+    }
+
+    #[test]
+    fn a_suspension_is_not_charged_twice() {
+        let t = tree();
+        let mut book = RunBook::default();
+        book.observe(100, &[seen(1, 50, 4, "a", true)], &t, |_| Ending::Unknown);
+        // Suspended at 110 (the walk sees it suspended), resumed at 200.
+        book.observe(120, &[], &t, |_| Ending::Suspended(110));
+        book.observe(210, &[seen(1, 200, 4, "a", true)], &t, |_| Ending::Unknown);
+        // It completes at 220; its record still says it started at 50.
+        book.run_ended(ended(1, 50, 220, 4, "a", "completed"), &t);
+        assert_eq!(charged(&book, 230), vec![4 * (60 + 20), 0]);
+        // Suspended and resumed between two walks, after running 120 s:
+        // the first stretch ends when it had run that long.
+        let mut book = RunBook::default();
+        book.observe(100, &[seen(1, 50, 4, "a", true)], &t, |_| Ending::Unknown);
+        book.observe(300, &[Observed { ran_before: 120, ..seen(1, 250, 4, "a", true) }], &t, |_| Ending::Unknown);
+        assert_eq!(charged(&book, 300), vec![4 * (120 + 50), 0]);
+        // Never seen at all: ran 30 s, suspended, resumed at 100, ended at 110.
+        let mut book = RunBook::default();
+        book.run_ended(Ended { resumed_at: Some(100), ran_before_resume: 30, ..ended(2, 10, 110, 2, "b", "completed") }, &t);
+        assert_eq!(charged(&book, 200), vec![0, 2 * (30 + 10)]);
+    }
+
+    #[test]
+    fn rewrite_all_queues_the_whole_window_once() {
+        let t = tree();
+        let mut book = RunBook::default();
+        book.observe(100, &[seen(1, 90, 2, "a", true), seen(2, 95, 1, "b", true)], &t, |_| Ending::Unknown);
+        book.run_ended(ended(1, 90, 99, 2, "a", "completed"), &t);
+        let n = book.unwritten().len();
+        book.written(n);
+        book.rewrite_all();
+        let updates = book.unwritten().to_vec();
+        assert_eq!(updates.len(), 3, "job 1 open + close, job 2 open: {updates:?}");
+        let mut ledger = allot_ledger::Ledger::in_memory().unwrap();
+        ledger.record_period(&allot_ledger::Period { runs: updates, ..Default::default() }).unwrap();
+        let rows = ledger.runs_since(0).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows.iter().find(|r| r.job_id == 1).unwrap().run_end, Some(99));
+        assert_eq!(rows.iter().find(|r| r.job_id == 2).unwrap().run_end, None);
     }
 
     #[test]

@@ -1,15 +1,21 @@
 //! The priority plugin's thread: once per RecomputePeriod it
 //!
 //! 1. reads the budget from the ledger (outside slurmctld's locks);
-//! 2. under slurmctld's job lock, walks the job list: records the runs of
-//!    running jobs, recomputes windowed usage, the fair-share ranking and
-//!    the order of pending jobs, sets their priorities, and requeues jobs
-//!    that must go: those on DRAIN nodes whose minimum runtime is over, and
-//!    resumable jobs that exited during their preemption grace time (Slurm
-//!    alone would leave them COMPLETED);
-//! 3. writes runs, contracts, events and the usage snapshot to the ledger
+//! 2. under slurmctld's job lock, walks the job list and takes the run ends
+//!    jobcomp/allot reported since the last walk: records every run exactly,
+//!    recomputes windowed usage, the fair-share ranking and the order of
+//!    pending jobs, and sets their priorities;
+//! 3. requeues jobs that must go, each in its own critical section under
+//!    the locks slurmctld's requeue takes: those on DRAIN nodes whose
+//!    minimum runtime is over, and resumable jobs that a preemption ended by
+//!    their own exit during its grace time (Slurm alone would leave them
+//!    COMPLETED or FAILED; a user's scancel, a time-out or a node failure
+//!    in the grace time are not requeued);
+//! 4. writes runs, contracts, events and the usage snapshot to the ledger
 //!    (outside the locks again), or keeps them for the next period if the
-//!    ledger is unavailable: scheduling goes on from memory either way.
+//!    ledger is unavailable: scheduling goes on from memory either way. A
+//!    ledger that was replaced (deleted, recovered, restored) gets the whole
+//!    window written again.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -23,11 +29,74 @@ use allot::occupancy::usage_in_window;
 use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
 use allot_ledger::{ContractRow, EventRow, LeafUsage, Ledger, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
-use allot_slurm::job::{Job, JobState};
+use allot_slurm::job::{EndState, Job, JobState};
 use allot_slurm::policy::{contract_of, leaf_of, pending_job, running_job};
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
-use crate::runs::{Ending, Observed, RunBook};
+use crate::runs::{Ended, Ending, Observed, RunBook};
+
+/// A run's end as slurmctld reported it to jobcomp/allot, copied out of the
+/// job record under its lock (the worker maps it to the budget later).
+#[derive(Debug, Clone)]
+pub struct RunEnd {
+    pub job_id: u32,
+    pub run_start: i64,
+    pub run_end: i64,
+    pub gpus: u32,
+    pub account: Option<String>,
+    pub comment: Option<String>,
+    pub user_id: u32,
+    pub state: EndState,
+    /// Last suspend or resume (0: never), and the time run before it.
+    pub suspend_time: i64,
+    pub ran_before_suspend: i64,
+}
+
+impl RunEnd {
+    pub fn of(job: &Job<'_>) -> RunEnd {
+        // slurmctld reports the end before it frees the allocation, so a run
+        // that held GPUs still shows them; a job that never ran (cancelled
+        // while pending) holds none and is not charged.
+        let gpus = job.gpus_allocated();
+        RunEnd {
+            job_id: job.id(),
+            run_start: job.start_time(),
+            run_end: job.end_time(),
+            gpus,
+            account: job.account().map(str::to_owned),
+            comment: job.comment().map(str::to_owned),
+            user_id: job.user_id(),
+            state: job.end_state(),
+            suspend_time: job.suspend_time(),
+            ran_before_suspend: job.ran_before_suspend(),
+        }
+    }
+}
+
+/// Run ends reported between two walks. Bounded: if the worker is stuck for
+/// long, the oldest are dropped (and counted in the log) rather than let
+/// slurmctld's memory grow without end.
+#[derive(Default)]
+pub struct RunEnds {
+    queue: Mutex<(Vec<RunEnd>, u64)>,
+}
+
+const RUN_ENDS_MAX: usize = 1_000_000;
+
+impl RunEnds {
+    pub fn push(&self, end: RunEnd) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if q.0.len() >= RUN_ENDS_MAX {
+            q.0.remove(0);
+            q.1 += 1;
+        }
+        q.0.push(end);
+    }
+    fn take(&self) -> (Vec<RunEnd>, u64) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        (std::mem::take(&mut q.0), std::mem::take(&mut q.1))
+    }
+}
 
 /// What `priority_p_set` needs between two recomputes.
 #[derive(Default)]
@@ -89,30 +158,77 @@ struct Recomputed {
     map: PriorityMap,
 }
 
-/// Why the worker requeued a job.
+/// Why the worker requeues a job; the fields are what must still hold when
+/// the requeue's own locks are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum RequeueWhy {
-    Drain,
-    ExitedInGrace,
+    /// Running since `start`, on a draining node, past its minimum runtime.
+    Drain { start: i64 },
+    /// Ended by its own exit after the preemption at `preempt_time`.
+    ExitedInGrace { preempt_time: i64 },
+}
+
+impl RequeueWhy {
+    /// Still due, re-checked under the requeue's locks.
+    fn still_due(self, job: Job<'_>) -> bool {
+        match self {
+            RequeueWhy::Drain { start } => job.is_running() && job.start_time() == start && job.preempt_time() == 0,
+            RequeueWhy::ExitedInGrace { preempt_time } => exited_in_grace(&job) && job.preempt_time() == preempt_time,
+        }
+    }
+}
+
+/// A resumable job that a preemption ended by its own exit (it caught the
+/// grace signal and stopped, COMPLETED or FAILED): Slurm would leave it
+/// ended. Not a user's scancel (CANCELLED), a time-out or a node failure,
+/// and not one still releasing its nodes.
+fn exited_in_grace(job: &Job<'_>) -> bool {
+    job.state() == JobState::Finished
+        && job.preempt_time() != 0
+        && job.end_time() >= job.preempt_time()
+        && job.requeue_allowed()
+        && !job.is_completing()
+        && matches!(job.end_state(), EndState::Completed | EndState::Failed)
 }
 
 pub struct Worker {
     pub period: Duration,
     pub order: Arc<Mutex<OrderState>>,
     pub signal: Arc<Signal>,
+    run_ends: Arc<RunEnds>,
     follower: Follower,
     writer: LedgerFile,
     writer_problems: ProblemLog,
     book: Option<RunBook>,
+    /// The identity of the ledger file the book's runs were last all written
+    /// to (or read from): another file gets the whole window again.
+    book_ledger: Option<String>,
+    /// Whether the book could read the runs of the window from the ledger
+    /// (if not, it reads them once the ledger is back).
+    book_loaded: bool,
     tree_version: Option<(i64, usize)>,
-    /// Jobs whose contracts, and preemptions, are already in the ledger.
-    contracts_recorded: HashSet<u32>,
+    /// Jobs whose contracts are in the ledger, with a digest of the comment
+    /// and account recorded (a pending job's contract may still change).
+    contracts_recorded: HashMap<u32, u64>,
     preemptions_seen: HashSet<(u32, i64)>,
     /// Finished jobs already requeued after exiting in their grace time.
     requeued_after_grace: HashSet<(u32, i64)>,
     pending_contracts: Vec<ContractRow>,
     pending_events: Vec<EventRow>,
+    to_requeue: Vec<(u32, RequeueWhy, String)>,
     names: UserNames,
+    /// The first walk since slurmctld started.
+    first_walk: bool,
+    /// slurmctld is shutting down: the last cycle.
+    stopping: bool,
+}
+
+/// A digest of what a job's contract row is made of.
+fn contract_digest(job: &Job<'_>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (job.comment(), job.account(), job.requeue_allowed()).hash(&mut h);
+    h.finish()
 }
 
 /// User names by uid: the worker names every job's user while holding
@@ -130,22 +246,28 @@ impl UserNames {
 }
 
 impl Worker {
-    pub fn new(ledger_path: PathBuf, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>) -> Worker {
+    pub fn new(ledger_path: PathBuf, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>, run_ends: Arc<RunEnds>) -> Worker {
         let follower = Follower::new(&ledger_path);
         Worker {
             period,
             order,
             signal,
+            run_ends,
             follower,
             writer: LedgerFile::writable(&ledger_path),
             writer_problems: ProblemLog::default(),
             book: None,
+            book_ledger: None,
+            book_loaded: false,
             tree_version: None,
-            contracts_recorded: HashSet::new(),
+            contracts_recorded: HashMap::new(),
             preemptions_seen: HashSet::new(),
             requeued_after_grace: HashSet::new(),
             pending_contracts: Vec::new(),
             pending_events: Vec::new(),
+            to_requeue: Vec::new(),
+            first_walk: true,
+            stopping: false,
             names: UserNames::default(),
         }
     }
@@ -157,8 +279,14 @@ impl Worker {
                 log::error!("a recompute failed (see the panic above); priorities stay as they were until the next one");
             }
             if !self.signal.wait(self.period) {
-                return;
+                break;
             }
+        }
+        // slurmctld is stopping (fini, called with no slurmctld lock held):
+        // one last cycle writes the runs that ended since the last one.
+        self.stopping = true;
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.cycle(ctld))).is_err() {
+            log::error!("the last recompute before shutdown failed (see the panic above)");
         }
     }
 
@@ -166,6 +294,14 @@ impl Worker {
     /// replaced or deleted (a deleted ledger is recreated, empty).
     fn writer(&mut self) -> Result<&mut Ledger, String> {
         self.writer.get().map(|(ledger, _)| ledger)
+    }
+
+    /// The runs of the window from the ledger, and the ledger's identity.
+    fn ledger_runs(&mut self, since: i64) -> Result<(Vec<allot_ledger::RunRow>, String), String> {
+        let ledger = self.writer()?;
+        let rows = ledger.runs_since(since).map_err(|e| e.to_string())?;
+        let identity = ledger.identity().map_err(|e| e.to_string())?;
+        Ok((rows, identity))
     }
 
     fn cycle(&mut self, ctld: &'static Slurmctld) {
@@ -178,24 +314,34 @@ impl Worker {
         let rules = ContractRules::from(&tree.settings);
         let lookback = tree.settings.lookback;
         let tree_key = (version, Arc::as_ptr(&tree) as usize);
-        if self.book.is_none() {
-            // First cycle: pick up the runs of the window from the ledger
-            // (a slurmctld restart loses no usage).
-            let rows = match self.writer() {
-                Ok(l) => l.runs_since(now - lookback).map_err(|e| e.to_string()),
-                Err(e) => Err(e),
-            };
-            let rows = match rows {
-                Ok(rows) => rows,
-                Err(e) => {
-                    log::error!("cannot read past runs from {}: {e}; counting usage from now on", self.writer.path().display());
-                    Vec::new()
+        if self.book.is_none() || !self.book_loaded {
+            // First cycle (or the first since the ledger could be read):
+            // pick up the runs of the window from the ledger, so a slurmctld
+            // restart loses no usage.
+            match self.ledger_runs(now - lookback) {
+                Ok((rows, identity)) => {
+                    log::info!("budget version {version}: {} leaves; {} runs in the window from the ledger", tree.leaves.len(), rows.len());
+                    match self.book.as_mut() {
+                        Some(book) => {
+                            book.merge_ledger(rows, &tree);
+                            // What the book gathered meanwhile is not in this file.
+                            book.rewrite_all();
+                        }
+                        None => self.book = Some(RunBook::from_ledger(rows, &tree)),
+                    }
+                    self.book_ledger = Some(identity);
+                    self.book_loaded = true;
                 }
-            };
-            log::info!("budget version {version}: {} leaves; {} runs in the window from the ledger", tree.leaves.len(), rows.len());
-            self.book = Some(RunBook::from_ledger(rows, &tree));
+                Err(e) if self.book.is_none() => {
+                    log::error!("cannot read past runs from {}: {e}; counting usage from now on, and adding the ledger's runs once it can be read", self.writer.path().display());
+                    self.writer.close();
+                    self.book = Some(RunBook::default());
+                }
+                Err(_) => self.writer.close(),
+            }
             self.tree_version = Some(tree_key);
-        } else if self.tree_version != Some(tree_key) {
+        }
+        if self.tree_version != Some(tree_key) {
             log::info!("budget version {version} loaded: {} leaves", tree.leaves.len());
             if let Some(book) = self.book.as_mut() {
                 book.remap(&tree);
@@ -226,11 +372,29 @@ impl Worker {
             let mut o = order.lock().unwrap_or_else(|p| p.into_inner());
             *o = OrderState { tree: Some(tree.clone()), rules: Some(rules), ranking: Some(ranking), map: Some(map) };
         });
+        // 3. Requeues, each in its own critical section (not while slurmctld
+        // shuts down: the next one finds them due again).
+        let requeues = std::mem::take(&mut self.to_requeue);
+        let requeues = if self.stopping { Vec::new() } else { requeues };
+        for (id, why, detail) in requeues {
+            match ctld.requeue(id, |job| why.still_due(job)) {
+                Ok(true) => {
+                    let kind = match why {
+                        RequeueWhy::Drain { .. } => "drained",
+                        RequeueWhy::ExitedInGrace { .. } => "requeued_after_grace",
+                    };
+                    log::info!("requeued JobId={id}: {detail}");
+                    self.pending_events.push(EventRow { at: now, job_id: id, kind: kind.to_owned(), detail });
+                }
+                Ok(false) => log::debug!("JobId={id} no longer needs requeueing ({detail})"),
+                Err(e) => log::error!("cannot requeue JobId={id} ({detail}): {e}"),
+            }
+        }
         if changed > 0 {
             ctld.queue_scheduler();
         }
 
-        // 3. The ledger, outside the locks.
+        // 4. The ledger, outside the locks.
         self.write_ledger(snapshot);
     }
 
@@ -246,44 +410,51 @@ impl Worker {
         let mut endings: HashMap<u32, Ending> = HashMap::new();
         let mut to_requeue: Vec<(u32, RequeueWhy, String)> = Vec::new();
         let mut in_list: HashSet<u32> = HashSet::new();
+        let mut restart_ends: Vec<RunEnd> = Vec::new();
         let mut preempting: Vec<(u32, i64, String)> = Vec::new();
 
         locked.for_each_job(|job| {
             let j = job.view();
             let id = j.id();
             in_list.insert(id);
-            if !self.contracts_recorded.contains(&id) && j.state() != JobState::Finished {
-                let contract = contract_of(&j, rules);
-                self.pending_contracts.push(ContractRow {
-                    job_id: id,
-                    user: self.names.of(j.user_id()),
-                    account: j.account().map(str::to_owned),
-                    leaf: leaf_of(&j, tree).map(|l| tree.leaf_node(l).path.clone()),
-                    min_runtime: contract.min_runtime,
-                    priority: contract.priority.to_string(),
-                    resumable: j.requeue_allowed(),
-                    submit_time: j.submit_time(),
-                    comment: j.comment().unwrap_or("").to_owned(),
-                });
-                self.contracts_recorded.insert(id);
+            if j.state() != JobState::Finished {
+                // Recorded when first seen, and again if a pending job's
+                // contract or account changed (started jobs' cannot).
+                let digest = contract_digest(&j);
+                if self.contracts_recorded.get(&id) != Some(&digest) {
+                    let contract = contract_of(&j, rules);
+                    self.pending_contracts.push(ContractRow {
+                        job_id: id,
+                        user: self.names.of(j.user_id()),
+                        account: j.account().map(str::to_owned),
+                        leaf: leaf_of(&j, tree).map(|l| tree.leaf_node(l).path.clone()),
+                        min_runtime: contract.min_runtime,
+                        priority: contract.priority.to_string(),
+                        resumable: j.requeue_allowed(),
+                        submit_time: j.submit_time(),
+                        comment: j.comment().unwrap_or("").to_owned(),
+                    });
+                    self.contracts_recorded.insert(id, digest);
+                }
             }
             match j.state() {
                 JobState::Running => {
                     let run = running_job(&j, tree, rules);
                     observed.push(Observed {
                         job_id: id,
-                        run_start: j.start_time(),
+                        run_start: j.running_since(),
                         gpus: j.gpus_allocated(),
                         leaf: run.leaf.map(|l| Arc::from(tree.leaf_node(l).path.as_str())),
                         allocated: run.is_allocated(),
                         account: j.account().map(str::to_owned),
                         user: Some(self.names.of(j.user_id())),
+                        ran_before: j.ran_before_suspend(),
                     });
                     if j.preempt_time() != 0 {
                         preempting.push((id, j.preempt_time(), format!("after {} s of its run", j.preempt_time() - j.start_time())));
                     }
                     if !draining.is_empty() && draining.iter().any(|&n| j.holds_node(n)) && run.drain_due(now) && j.preempt_time() == 0 {
-                        to_requeue.push((id, RequeueWhy::Drain, format!("its node is draining and its minimum runtime ended at {}", run.protected_until())));
+                        to_requeue.push((id, RequeueWhy::Drain { start: j.start_time() }, format!("its node is draining and its minimum runtime ended at {}", run.protected_until())));
                     }
                 }
                 JobState::Pending => {
@@ -296,18 +467,61 @@ impl Worker {
                 }
                 JobState::Finished => {
                     endings.insert(id, Ending::Finished(j.end_time()));
+                    if self.first_walk {
+                        // Ended before this slurmctld started, maybe after the
+                        // last write (a crash): charged once (the book skips
+                        // runs it has).
+                        restart_ends.push(RunEnd::of(&j));
+                    }
                     let key = (id, j.preempt_time());
-                    if j.preempt_time() != 0 && j.requeue_allowed() && !j.is_completing() && !self.requeued_after_grace.contains(&key) {
-                        to_requeue.push((id, RequeueWhy::ExitedInGrace, "it was preempted and exited during its grace time; it is resumable".to_owned()));
+                    if exited_in_grace(&j) && !self.requeued_after_grace.contains(&key) {
+                        let detail = format!("it was preempted and exited during its grace time ({}); it is resumable", j.end_state().as_str());
+                        to_requeue.push((id, RequeueWhy::ExitedInGrace { preempt_time: j.preempt_time() }, detail));
                         self.requeued_after_grace.insert(key);
                     }
                 }
-                JobState::Suspended => {}
+                JobState::Suspended => {
+                    endings.insert(id, Ending::Suspended(j.suspend_time()));
+                }
             }
         });
 
-        // Runs and usage.
+        // Runs and usage. Every run end reported so far is in the queue: it
+        // is pushed under the job write lock, which this walk holds.
+        let (mut ends, dropped) = self.run_ends.take();
+        if self.first_walk {
+            restart_ends.append(&mut ends);
+            ends = restart_ends;
+            self.first_walk = false;
+        }
+        if dropped > 0 {
+            log::error!("{dropped} run ends were dropped while the recompute thread was stalled; their runs end at the next walk instead");
+        }
         let book = self.book.as_mut().expect("set before the first recompute");
+        for e in ends {
+            let contract = allot::contract::parse_comment(e.comment.as_deref().unwrap_or(""), rules).map(|p| p.contract).unwrap_or(allot::contract::Contract {
+                min_runtime: rules.default_min_runtime,
+                priority: Default::default(),
+            });
+            let leaf = e.account.as_deref().and_then(|a| tree.leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
+            let user = self.names.of(e.user_id);
+            book.run_ended(
+                Ended {
+                    job_id: e.job_id,
+                    run_start: e.run_start,
+                    run_end: e.run_end,
+                    gpus: e.gpus,
+                    leaf,
+                    allocated: contract.is_allocated(),
+                    account: e.account,
+                    user: Some(user),
+                    reason: e.state.as_str(),
+                    resumed_at: (e.suspend_time > e.run_start).then_some(e.suspend_time),
+                    ran_before_resume: e.ran_before_suspend,
+                },
+                tree,
+            );
+        }
         book.observe(now, &observed, tree, |id| endings.get(&id).copied().unwrap_or(Ending::Unknown));
         book.prune(now - tree.settings.lookback);
         let intervals: Vec<_> = book.intervals().collect();
@@ -333,27 +547,15 @@ impl Worker {
             locked.touch_jobs();
         }
 
-        // Requeues, and what to remember of them.
-        for (id, why, detail) in to_requeue {
-            match locked.requeue(id) {
-                Ok(()) => {
-                    let kind = match why {
-                        RequeueWhy::Drain => "drained",
-                        RequeueWhy::ExitedInGrace => "requeued_after_grace",
-                    };
-                    log::info!("requeued JobId={id}: {detail}");
-                    self.pending_events.push(EventRow { at: now, job_id: id, kind: kind.to_owned(), detail });
-                }
-                Err(e) => log::error!("cannot requeue JobId={id} ({detail}): {e}"),
-            }
-        }
+        // Requeues happen after this critical section, in their own.
+        self.to_requeue = to_requeue;
         for (id, at, detail) in preempting {
             if self.preemptions_seen.insert((id, at)) {
                 self.pending_events.push(EventRow { at, job_id: id, kind: "preempted".to_owned(), detail });
             }
         }
         // Forget jobs slurmctld has forgotten.
-        self.contracts_recorded.retain(|id| in_list.contains(id));
+        self.contracts_recorded.retain(|id, _| in_list.contains(id));
         self.preemptions_seen.retain(|(id, _)| in_list.contains(id));
         self.requeued_after_grace.retain(|(id, _)| in_list.contains(id));
         log::debug!(
@@ -366,19 +568,12 @@ impl Worker {
     }
 
     fn write_ledger(&mut self, snapshot: Option<UsageSnapshot>) {
-        let runs = self.book.as_ref().map(|b| b.unwritten().to_vec()).unwrap_or_default();
-        let period = Period { runs, contracts: std::mem::take(&mut self.pending_contracts), events: std::mem::take(&mut self.pending_events), snapshot };
-        let result = self.writer().and_then(|l| l.record_period(&period).map_err(|e| e.to_string()));
-        if result.is_ok() {
-            if let Some(b) = self.book.as_mut() {
-                b.written(period.runs.len());
-            }
-        } else {
-            // Keep them for the next period, which reopens the connection.
-            self.pending_contracts = period.contracts;
-            self.pending_events = period.events;
+        let result = self.try_write_ledger(snapshot);
+        if result.is_err() {
+            // Keep everything for the next period, which reopens the file.
             self.writer.close();
-            // Keep memory bounded if the ledger stays broken for long.
+            // Keep memory bounded if the ledger stays broken for long (runs
+            // are never dropped: they are the charges).
             if self.pending_contracts.len() > 100_000 {
                 self.pending_contracts.drain(..50_000);
             }
@@ -386,6 +581,38 @@ impl Worker {
                 self.pending_events.drain(..50_000);
             }
         }
-        self.writer_problems.report("writing the ledger", result);
+        let held = self.book.as_ref().map_or(0, |b| b.unwritten().len());
+        self.writer_problems.report("writing the ledger", result.map_err(|e| format!("{e}; {held} run updates are kept in memory until they are written")));
+    }
+
+    fn try_write_ledger(&mut self, snapshot: Option<UsageSnapshot>) -> Result<(), String> {
+        let identity = self.writer()?.identity().map_err(|e| e.to_string())?;
+        if self.book_loaded && self.book_ledger.as_deref() != Some(identity.as_str()) {
+            // Another file than the one the book's runs went to (deleted and
+            // re-created, recovered, restored from a backup): write the
+            // whole window again, and every listed job's contract.
+            log::warn!("the ledger {} was replaced: writing the runs of the whole window again", self.writer.path().display());
+            if let Some(b) = self.book.as_mut() {
+                b.rewrite_all();
+            }
+            self.contracts_recorded.clear();
+            self.book_ledger = Some(identity);
+        }
+        let runs = self.book.as_ref().map(|b| b.unwritten().to_vec()).unwrap_or_default();
+        let period = Period { runs, contracts: std::mem::take(&mut self.pending_contracts), events: std::mem::take(&mut self.pending_events), snapshot };
+        let result = self.writer().and_then(|l| l.record_period(&period).map_err(|e| e.to_string()));
+        match result {
+            Ok(()) => {
+                if let Some(b) = self.book.as_mut() {
+                    b.written(period.runs.len());
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.pending_contracts = period.contracts;
+                self.pending_events = period.events;
+                Err(e)
+            }
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::strings::borrowed_str;
 type LockFn = unsafe extern "C" fn(sys::slurmctld_lock_t);
 type RequeueFn = unsafe extern "C" fn(libc::uid_t, u32, *mut sys::slurm_msg_t, bool, u32) -> c_int;
 type VoidFn = unsafe extern "C" fn();
+type FindJobFn = unsafe extern "C" fn(u32) -> *mut sys::job_record_t;
 
 /// Addresses of slurmctld's symbols, found once.
 pub struct Slurmctld {
@@ -33,6 +34,7 @@ pub struct Slurmctld {
     lock: LockFn,
     unlock: LockFn,
     requeue: RequeueFn,
+    find_job: FindJobFn,
     queue_scheduler: VoidFn,
 }
 
@@ -77,6 +79,8 @@ impl Slurmctld {
                     // SAFETY: as above.
                     requeue: unsafe { std::mem::transmute::<*mut c_void, RequeueFn>(symbol(c"job_requeue")?) },
                     // SAFETY: as above.
+                    find_job: unsafe { std::mem::transmute::<*mut c_void, FindJobFn>(symbol(c"find_job_record")?) },
+                    // SAFETY: as above.
                     queue_scheduler: unsafe { std::mem::transmute::<*mut c_void, VoidFn>(symbol(c"queue_job_scheduler")?) },
                 })
             })();
@@ -89,12 +93,39 @@ impl Slurmctld {
     }
 
     /// Runs `f` holding slurmctld's job write lock and node and partition
-    /// read locks: what a plugin thread needs to walk jobs, set their
-    /// priorities and requeue them (priority/multifactor takes the same).
+    /// read locks: what a plugin thread needs to walk jobs and set their
+    /// priorities (priority/multifactor takes the same). Requeues need more
+    /// (see [`Slurmctld::requeue`]).
     pub fn locked<R>(&self, f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
         let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::READ_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
         let mut locked = Locked { ctld: self };
         f(&mut locked)
+    }
+
+    /// Requeues one job, as `scontrol requeue` would as the Slurm user, in a
+    /// critical section of its own under the locks slurmctld's own requeue
+    /// RPC takes (`_slurm_rpc_requeue`: job and node write, federation read):
+    /// requeueing deallocates the job's nodes. Since the locks were dropped
+    /// since the caller decided, `still_due` re-checks the job under them;
+    /// `Ok(false)` when it no longer is (or the job is gone).
+    pub fn requeue(&self, job_id: u32, still_due: impl FnOnce(Job<'_>) -> bool) -> Result<bool, String> {
+        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::WRITE_LOCK, part: sys::NO_LOCK, fed: sys::READ_LOCK });
+        // SAFETY: find_job_record reads the job hash table, which the job lock held protects; the record it returns stays valid while the lock is held.
+        let job = unsafe { Job::from_ptr((self.find_job)(job_id)) };
+        match job {
+            Some(job) if still_due(job) => {}
+            _ => return Ok(false),
+        }
+        let uid = crate::slurm_user_id();
+        // SAFETY: job_requeue expects the locks _slurm_rpc_requeue holds, which are held; a NULL message is what slurmctld's own internal callers pass.
+        let rc = unsafe { (self.requeue)(uid, job_id, std::ptr::null_mut(), false, 0) };
+        if rc == sys::SLURM_SUCCESS {
+            Ok(true)
+        } else {
+            // SAFETY: slurm_strerror returns a static string for any code.
+            let text = unsafe { borrowed_str(sys::slurm_strerror(rc) as *const c_char) }.unwrap_or("unknown error");
+            Err(format!("{text} (code {rc})"))
+        }
     }
 
     /// Takes slurmctld's `locks` until the returned value drops, even if the
@@ -197,21 +228,6 @@ impl Locked<'_> {
     pub fn touch_jobs(&mut self) {
         // SAFETY: last_job_update is written under the job write lock, held.
         unsafe { *self.ctld.last_job_update = libc::time(std::ptr::null_mut()) };
-    }
-
-    /// Requeues a running or just-finished batch job, as `scontrol requeue`
-    /// would as the Slurm user.
-    pub fn requeue(&mut self, job: u32) -> Result<(), String> {
-        let uid = crate::slurm_user_id();
-        // SAFETY: job_requeue expects the job write lock, which is held; a NULL message is what slurmctld's own callers pass.
-        let rc = unsafe { (self.ctld.requeue)(uid, job, std::ptr::null_mut(), false, 0) };
-        if rc == sys::SLURM_SUCCESS {
-            Ok(())
-        } else {
-            // SAFETY: slurm_strerror returns a static string for any code.
-            let text = unsafe { borrowed_str(sys::slurm_strerror(rc) as *const c_char) }.unwrap_or("unknown error");
-            Err(format!("{text} (code {rc})"))
-        }
     }
 
     /// Every node, with whether it is draining (DRAIN set, busy or not).

@@ -1,7 +1,7 @@
 //! The one place plugin symbols come from.
 //!
-//! A plugin crate implements one of [`PriorityPlugin`], [`JobSubmitPlugin`]
-//! or [`PreemptPlugin`] over safe views, and calls [`slurm_plugin!`] once.
+//! A plugin crate implements one of [`PriorityPlugin`], [`JobSubmitPlugin`],
+//! [`PreemptPlugin`] or [`JobCompPlugin`] over safe views, and calls [`slurm_plugin!`] once.
 //! The macro emits every C symbol Slurm looks up for that plugin kind
 //! (`plugin_name`, `plugin_type`, `plugin_version`, `init`, `fini` and the
 //! kind's hooks). Each hook body is a function below: it turns Slurm's raw
@@ -43,6 +43,16 @@ pub trait PriorityPlugin: Plugin {
     fn fairshare_factor(&self, _job: Job<'_>) -> Option<f64> {
         None
     }
+    /// A run of `job` just ended (completed, failed, cancelled, timed out,
+    /// preempted, requeued, node failure): told by jobcomp/allot, under
+    /// slurmctld's job write lock, so keep it to copying a few fields.
+    fn run_ended(&self, _job: Job<'_>) {}
+}
+
+/// `JobCompType=jobcomp/...`: slurmctld calls it at the end of every run of
+/// every job (job_completion_logger), requeues included.
+pub trait JobCompPlugin: Plugin {
+    fn run_ended(&self, job: Job<'_>);
 }
 
 /// A refusal of a submission or update, as the user will see it.
@@ -145,6 +155,36 @@ pub fn priority_reconfig<P: PriorityPlugin>(instance: &Instance<P>) {
         if let Some(p) = instance.load_full() {
             p.reconfig();
         }
+    })
+}
+
+/// Body of `allot_priority_run_ended`, which jobcomp/allot calls.
+///
+/// # Safety
+/// Only from the exported symbol: `job` is a record slurmctld handed to
+/// jobcomp/allot, with the job write lock held for the call.
+pub unsafe fn priority_run_ended<P: PriorityPlugin>(instance: &Instance<P>, job: *const sys::job_record_t) {
+    guard("allot_priority_run_ended", (), || {
+        let Some(p) = instance.load_full() else { return };
+        // SAFETY: as the caller guarantees.
+        let Some(job) = (unsafe { Job::from_ptr(job) }) else { return };
+        p.run_ended(job);
+    })
+}
+
+/// Body of `jobcomp_p_log_record`.
+///
+/// # Safety
+/// Only from the exported symbol: `job` is what job_completion_logger
+/// passes, with the job write lock held.
+pub unsafe fn jobcomp_log_record<P: JobCompPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t) -> c_int {
+    // Never fail a job's completion over bookkeeping.
+    guard("jobcomp_p_log_record", sys::SLURM_SUCCESS, || {
+        let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
+        // SAFETY: as the caller guarantees.
+        let Some(job) = (unsafe { Job::from_ptr(job) }) else { return sys::SLURM_SUCCESS };
+        p.run_ended(job);
+        sys::SLURM_SUCCESS
     })
 }
 
@@ -320,7 +360,8 @@ pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut s
 }
 
 /// Emits every symbol of one plugin: `slurm_plugin!(kind, "type/name",
-/// "Human name", Type)` with kind `priority`, `job_submit` or `preempt`.
+/// "Human name", Type)` with kind `priority`, `job_submit`, `preempt` or
+/// `jobcomp`.
 #[macro_export]
 macro_rules! slurm_plugin {
     (@common $type:literal, $name:literal, $ty:ty) => {
@@ -371,6 +412,13 @@ macro_rules! slurm_plugin {
         /// Never called without slurmdbd; usage is measured by the plugin.
         #[no_mangle]
         pub extern "C" fn priority_p_job_end(_job_ptr: *mut $crate::sys::job_record_t) {}
+        /// jobcomp/allot hands every ended run here (same process; found with
+        /// dlsym, see `allot_slurm::handoff`).
+        #[no_mangle]
+        pub unsafe extern "C" fn allot_priority_run_ended(job_ptr: *const $crate::sys::job_record_t) {
+            // SAFETY: only jobcomp/allot calls this, passing the record slurmctld gave it under the job write lock.
+            unsafe { $crate::export::priority_run_ended(&INSTANCE, job_ptr) }
+        }
         /// The `long double` entry point `priority_p_calc_fs_factor` is a C
         /// shim (Rust has no `long double`) that calls this. Slurm's
         /// association fair-share factor has no meaning under allot: 0, as
@@ -400,6 +448,26 @@ macro_rules! slurm_plugin {
         ) -> ::std::os::raw::c_int {
             // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
             unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid) }
+        }
+    };
+
+    (jobcomp, $type:literal, $name:literal, $ty:ty) => {
+        $crate::slurm_plugin!(@common $type, $name, $ty);
+        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_set_location(_location: *mut ::std::os::raw::c_char) -> ::std::os::raw::c_int {
+            $crate::sys::SLURM_SUCCESS
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn jobcomp_p_log_record(job_ptr: *mut $crate::sys::job_record_t) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            unsafe { $crate::export::jobcomp_log_record(&INSTANCE, job_ptr) }
+        }
+        /// `sacct` without slurmdbd asks the jobcomp plugin for jobs: allot
+        /// keeps runs in its ledger (`allot why`), not in Slurm's job format.
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_get_jobs(_job_cond: *mut ::std::os::raw::c_void) -> $crate::sys::List {
+            ::std::ptr::null_mut()
         }
     };
 

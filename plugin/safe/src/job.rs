@@ -7,7 +7,7 @@
 
 use slurm_sys as sys;
 
-use crate::strings::{borrowed_str, replace_slurm_string};
+use crate::strings::{borrowed_str, borrowed_text, replace_slurm_string};
 
 /// A job's state, reduced to what allot acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,6 +17,43 @@ pub enum JobState {
     Suspended,
     /// Ended: completed, failed, cancelled, timed out, preempted...
     Finished,
+}
+
+/// How a run ended, from the job's base state when it left RUNNING.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndState {
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+    Preempted,
+    /// Requeued (by an admin, allot's drain or grace rule, or a node failure).
+    Requeued,
+    BootFail,
+    Deadline,
+    OutOfMemory,
+    /// Still pending, running or suspended: not an end.
+    NotEnded,
+}
+
+impl EndState {
+    /// The word the ledger records as a run's `end_reason`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EndState::Completed => "completed",
+            EndState::Failed => "failed",
+            EndState::Cancelled => "cancelled",
+            EndState::Timeout => "timeout",
+            EndState::NodeFail => "node_fail",
+            EndState::Preempted => "preempted",
+            EndState::Requeued => "requeued",
+            EndState::BootFail => "boot_fail",
+            EndState::Deadline => "deadline",
+            EndState::OutOfMemory => "out_of_memory",
+            EndState::NotEnded => "not_ended",
+        }
+    }
 }
 
 /// A read-only view of a `job_record_t`.
@@ -36,6 +73,10 @@ impl<'a> Job<'a> {
 
     pub fn id(&self) -> u32 {
         self.raw.job_id
+    }
+    /// The record's address, to hand to another plugin in the same call.
+    pub(crate) fn as_ptr(&self) -> *const sys::job_record_t {
+        self.raw
     }
     pub fn user_id(&self) -> u32 {
         self.raw.user_id
@@ -63,6 +104,25 @@ impl<'a> Job<'a> {
             _ => JobState::Finished,
         }
     }
+    /// How the job's last run ended (its base state), as Slurm records it.
+    pub fn end_state(&self) -> EndState {
+        if self.raw.job_state & sys::JOB_REQUEUE != 0 {
+            return EndState::Requeued;
+        }
+        let base = self.raw.job_state & sys::JOB_STATE_BASE;
+        match base {
+            b if b == sys::JOB_COMPLETE => EndState::Completed,
+            b if b == sys::JOB_FAILED => EndState::Failed,
+            b if b == sys::JOB_CANCELLED => EndState::Cancelled,
+            b if b == sys::JOB_TIMEOUT => EndState::Timeout,
+            b if b == sys::JOB_NODE_FAIL => EndState::NodeFail,
+            b if b == sys::JOB_PREEMPTED => EndState::Preempted,
+            b if b == sys::JOB_BOOT_FAIL => EndState::BootFail,
+            b if b == sys::JOB_DEADLINE => EndState::Deadline,
+            b if b == sys::JOB_OOM => EndState::OutOfMemory,
+            _ => EndState::NotEnded,
+        }
+    }
     pub fn is_running(&self) -> bool {
         self.state() == JobState::Running
     }
@@ -85,6 +145,21 @@ impl<'a> Job<'a> {
     /// End of the run, or when it is expected to end while running.
     pub fn end_time(&self) -> i64 {
         self.raw.end_time
+    }
+    /// When the job was last suspended or resumed (0: never).
+    pub fn suspend_time(&self) -> i64 {
+        self.raw.suspend_time
+    }
+    /// Seconds the current run spent running before its last suspension
+    /// (0 if never suspended).
+    pub fn ran_before_suspend(&self) -> i64 {
+        self.raw.pre_sus_time
+    }
+    /// Start of the stretch of running that is going on now: the run's
+    /// start, or its last resume after a suspension (time suspended is not
+    /// GPU time used, and the stretch before it was charged already).
+    pub fn running_since(&self) -> i64 {
+        self.start_time().max(self.suspend_time())
     }
     /// When slurmctld decided to preempt it (0: not preempted).
     pub fn preempt_time(&self) -> i64 {
@@ -117,26 +192,8 @@ impl<'a> Job<'a> {
     /// none). Counted from `gres_list_alloc` because without slurmdbd the
     /// TRES strings carry no gres/gpu.
     pub fn gpus_allocated(&self) -> u32 {
-        let list = self.raw.gres_list_alloc;
-        if list.is_null() {
-            return 0;
-        }
-        let mut total: u64 = 0;
-        // SAFETY: gres_list_alloc is a List of gres_state_t owned by the job record; iterating it under the job lock is how slurmctld reads it.
-        unsafe {
-            let it = sys::list_iterator_create(list);
-            loop {
-                let item = sys::list_next(it) as *const sys::gres_state_t;
-                let Some(state) = item.as_ref() else { break };
-                if borrowed_str(state.gres_name) == Some("gpu") {
-                    if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
-                        total += job_state.total_gres;
-                    }
-                }
-            }
-            sys::list_iterator_destroy(it);
-        }
-        total.min(u32::MAX as u64) as u32
+        // SAFETY: gres_list_alloc is null or the job's list of gres_state_t, valid while the record is.
+        unsafe { gpus_in_gres_list(self.raw.gres_list_alloc) }
     }
 
     /// The job's partition name as Slurm stores it (for reports handed back to
@@ -155,6 +212,35 @@ impl<'a> Job<'a> {
         // SAFETY: node_bitmap is the job's bitstring sized to the node table; callers pass an index below node_record_count.
         unsafe { sys::slurm_bit_test(bitmap, index as sys::bitoff_t) != 0 }
     }
+}
+
+/// GPUs in a job's list of allocated GRES states.
+///
+/// # Safety
+/// `list` must be null or a Slurm List of `gres_state_t` owned by a job
+/// record that stays valid for the call (slurmctld's job lock held).
+unsafe fn gpus_in_gres_list(list: sys::List) -> u32 {
+    if list.is_null() {
+        return 0;
+    }
+    let mut total: u64 = 0;
+    // SAFETY: as the caller guarantees; iterating the list under the job lock is how slurmctld reads it.
+    unsafe {
+        let it = sys::list_iterator_create(list);
+        loop {
+            let item = sys::list_next(it) as *const sys::gres_state_t;
+            let Some(state) = item.as_ref() else { break };
+            if borrowed_str(state.gres_name) == Some("gpu") {
+                if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
+                    if job_state.total_gres != sys::NO_VAL64 {
+                        total = total.saturating_add(job_state.total_gres);
+                    }
+                }
+            }
+        }
+        sys::list_iterator_destroy(it);
+    }
+    total.min(u32::MAX as u64) as u32
 }
 
 impl std::fmt::Debug for Job<'_> {
@@ -184,6 +270,19 @@ impl<'a> JobMut<'a> {
     }
 }
 
+/// A request field whose bytes are not UTF-8.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotUtf8 {
+    pub field: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+impl std::fmt::Display for NotUtf8 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the {} {:?} is not valid UTF-8 text", self.field, String::from_utf8_lossy(&self.bytes))
+    }
+}
+
 /// A submission or update request (`job_desc_msg_t`) in job_submit.
 pub struct JobDesc<'a> {
     raw: &'a mut sys::job_desc_msg_t,
@@ -200,13 +299,16 @@ impl<'a> JobDesc<'a> {
     pub fn user_id(&self) -> u32 {
         self.raw.user_id
     }
-    pub fn comment(&self) -> Option<&str> {
+    /// The requested comment; `Err` with its bytes if they are not UTF-8
+    /// (refused: allot never guesses at a contract it cannot read).
+    pub fn comment(&self) -> Result<Option<&str>, NotUtf8> {
         // SAFETY: request strings are NUL-terminated and owned by the request.
-        unsafe { borrowed_str(self.raw.comment) }
+        unsafe { borrowed_text(self.raw.comment) }.map_err(|bytes| NotUtf8 { field: "comment", bytes })
     }
-    pub fn account(&self) -> Option<&str> {
+    /// The requested account; `Err` if it is not UTF-8.
+    pub fn account(&self) -> Result<Option<&str>, NotUtf8> {
         // SAFETY: as for comment.
-        unsafe { borrowed_str(self.raw.account) }
+        unsafe { borrowed_text(self.raw.account) }.map_err(|bytes| NotUtf8 { field: "account", bytes })
     }
     /// The comment, replaced through Slurm's allocator (Slurm frees it).
     pub fn set_comment(&mut self, comment: &str) {

@@ -7,6 +7,7 @@
 //! - [`job`]: borrowed views of job records and submission requests;
 //! - [`strings`]: C strings, and strings handed to Slurm's allocator;
 //! - [`ctld`]: slurmctld's tables and locks, found with `dlsym` at run time;
+//! - [`handoff`]: jobcomp/allot telling priority/allot of every ended run;
 //! - [`logger`]: a `log` backend writing through Slurm's logger;
 //! - [`export`]: the `slurm_plugin!` macro that emits every C symbol, each
 //!   behind [`guard`]'s panic catcher with a safe fallback.
@@ -22,13 +23,14 @@ pub mod config;
 pub mod ctld;
 pub mod export;
 pub mod guard;
+pub mod handoff;
 pub mod job;
 pub mod logger;
 pub mod policy;
 pub mod snapshot;
 pub mod strings;
 
-pub use export::{JobSubmitPlugin, Plugin, PreemptPlugin, PreemptQuery, PriorityPlugin, Refusal};
+pub use export::{JobCompPlugin, JobSubmitPlugin, Plugin, PreemptPlugin, PreemptQuery, PriorityPlugin, Refusal};
 pub use libc;
 pub use slurm_sys as sys;
 
@@ -55,6 +57,12 @@ pub fn load_allot_conf() -> Result<config::AllotConf, String> {
 /// The name of user `uid`, or the number if it has none.
 pub fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(uid.into()).ok().flatten().map(|u| u.name).unwrap_or_else(|| uid.to_string())
+}
+
+/// slurm.conf's `JobCompType` (`jobcomp/allot` for exact charging).
+pub fn jobcomp_type() -> Option<String> {
+    // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup; job_comp_type is a NUL-terminated string or NULL.
+    unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).job_comp_type) }.map(str::to_owned)
 }
 
 /// The uid Slurm's daemons run as (`SlurmUser`).

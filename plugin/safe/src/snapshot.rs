@@ -16,6 +16,7 @@ use std::time::Duration;
 use allot::budget::BudgetTree;
 use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
+use allot_ledger::health::{self, Header};
 use allot_ledger::Ledger;
 use arc_swap::ArcSwapOption;
 
@@ -37,7 +38,13 @@ pub struct PolicySnapshot {
 #[derive(Debug, Default)]
 pub struct ProblemLog {
     current: Option<String>,
+    /// When a problem was last logged: at most one line a minute, however
+    /// the message changes (counts in it, per-job details).
+    last_logged: Option<std::time::Instant>,
 }
+
+/// The least time between two logged problems of one [`ProblemLog`].
+const PROBLEM_LOG_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ProblemLog {
     /// Records the outcome of one attempt.
@@ -46,11 +53,15 @@ impl ProblemLog {
             (Ok(()), Some(_)) => {
                 log::info!("{what}: recovered");
                 self.current = None;
+                self.last_logged = None;
             }
             (Ok(()), None) => {}
-            (Err(e), Some(prev)) if *prev == e => {}
             (Err(e), _) => {
-                log::error!("{what}: {e}; carrying on with the last good state");
+                let due = self.last_logged.is_none_or(|t| t.elapsed() >= PROBLEM_LOG_INTERVAL);
+                if due && self.current.as_ref() != Some(&e) || self.last_logged.is_none() {
+                    log::error!("{what}: {e}; carrying on with the last good state");
+                    self.last_logged = Some(std::time::Instant::now());
+                }
                 self.current = Some(e);
             }
         }
@@ -66,11 +77,19 @@ impl ProblemLog {
 pub struct LedgerFile {
     path: PathBuf,
     writable: bool,
-    /// The connection and the inode of the file it was opened on.
-    open: Option<(Ledger, u64)>,
+    /// The connection, the inode of the file it was opened on, and that of
+    /// the write-ahead log it writes to once there is one.
+    open: Option<(Ledger, u64, Option<u64>)>,
     /// Counts openings: what was read under another one may come from
     /// another file (a deleted file's inode number may be reused).
     generation: u64,
+}
+
+/// SQLite's write-ahead log beside a database file.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
 }
 
 fn inode(path: &Path) -> Option<u64> {
@@ -96,16 +115,40 @@ impl LedgerFile {
     /// different history.
     pub fn get(&mut self) -> Result<(&mut Ledger, u64), String> {
         let now_inode = inode(&self.path);
-        if self.open.as_ref().is_some_and(|(_, ino)| Some(*ino) != now_inode) {
+        if self.open.as_ref().is_some_and(|(_, ino, _)| Some(*ino) != now_inode) {
             self.open = None;
+        }
+        // A file overwritten in place keeps its inode: its first bytes tell.
+        // (SQLite would go on using its cached pages and its WAL, and the
+        // runs written meanwhile would be lost with the file.)
+        if let Ok(Header::NotSqlite) = health::header(&self.path) {
+            self.open = None;
+            return Err(format!(
+                "{} is not a SQLite database any more (overwritten?); nothing is written to it. Move it aside with `allot ledger recover`: the runs kept in memory are then written to the new ledger",
+                self.path.display()
+            ));
+        }
+        // A write-ahead log deleted or replaced under an open connection
+        // takes every later write with it: reopen (the caller writes again
+        // what the lost log held, see the priority plugin's worker).
+        let wal = wal_path(&self.path);
+        if let Some((_, _, wal_inode)) = self.open.as_mut() {
+            match (*wal_inode, inode(&wal)) {
+                (Some(was), now) if now != Some(was) => {
+                    log::warn!("the ledger's write-ahead log {} was deleted or replaced; reopening the ledger", wal.display());
+                    self.open = None;
+                }
+                (None, now) => *wal_inode = now,
+                _ => {}
+            }
         }
         if self.open.is_none() {
             let ledger = if self.writable { Ledger::open(&self.path) } else { Ledger::open_read_only(&self.path) }.map_err(|e| e.to_string())?;
             let ino = inode(&self.path).ok_or_else(|| format!("{} vanished while opening it", self.path.display()))?;
-            self.open = Some((ledger, ino));
+            self.open = Some((ledger, ino, inode(&wal)));
             self.generation += 1;
         }
-        let (ledger, _) = self.open.as_mut().expect("opened above");
+        let (ledger, _, _) = self.open.as_mut().expect("opened above");
         Ok((ledger, self.generation))
     }
 

@@ -22,6 +22,21 @@ pub unsafe fn borrowed_str<'a>(ptr: *const c_char) -> Option<&'a str> {
     unsafe { CStr::from_ptr(ptr) }.to_str().ok()
 }
 
+/// The text behind a C string owned by Slurm: `Ok(None)` for null, `Err`
+/// with the raw bytes when they are not UTF-8 (for callers that must refuse
+/// such input rather than treat it as absent).
+///
+/// # Safety
+/// As for [`borrowed_str`].
+pub unsafe fn borrowed_text<'a>(ptr: *const c_char) -> Result<Option<&'a str>, Vec<u8>> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null and NUL-terminated per the caller's guarantee.
+    let c = unsafe { CStr::from_ptr(ptr) };
+    c.to_str().map(Some).map_err(|_| c.to_bytes().to_vec())
+}
+
 /// A copy of `text` in memory from Slurm's allocator (interior NULs, which
 /// C cannot carry, become spaces).
 pub fn slurm_strdup(text: &str) -> *mut c_char {

@@ -1,0 +1,432 @@
+//! Nothing is free: a researcher who wants GPUs without paying, and an admin
+//! whose ledger just failed, against a real Slurm 22.05.8 with allot's four
+//! plugins. One test per trick; each asserts the charge or the refusal.
+//!
+//! Needs root and the packages of `scripts/install-deps.sh`, and the release
+//! build: the README's test command does all of it.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStringExt;
+
+use allot_ledger::{Ledger, RunRow};
+use support::{now, secs, text, JobInfo, Options, TestCluster};
+
+/// Two teams under one program, and a second program; dave belongs to both
+/// teams (teama by default); erin to none.
+const BUDGET: &str = r#"
+[cluster]
+lookback = "1h"
+min_runtime_cap = "8h"
+default_min_runtime = "30s"
+grace = "5s"
+preempt_margin = 0.05
+
+[default_leaf]
+dave = "lab/teama"
+
+[budget]
+owners = ["root"]
+
+[budget.lab]
+share = 1
+
+[budget.lab.teama]
+share = 1
+accounts = ["teama"]
+members = ["alice", "dave"]
+
+[budget.lab.teamb]
+share = 1
+accounts = ["teamb"]
+members = ["bob", "dave"]
+
+[budget.other]
+share = 1
+accounts = ["other"]
+members = ["carol"]
+"#;
+
+/// The shipped RecomputePeriod (conf/allot.conf): charging must not depend on it.
+const SHIPPED_PERIOD: u32 = 30;
+
+fn sleep_job(seconds: u32) -> String {
+    format!("--wrap=sleep {seconds}")
+}
+
+fn field_i64(job: &JobInfo, key: &str) -> i64 {
+    job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))
+}
+
+/// GPUs a job asked for, from Slurm's record (`TresPerNode=gres:gpu:N`, one node).
+fn gpus_of(job: &JobInfo) -> i64 {
+    job.get("TresPerNode").rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+}
+
+/// Wakes the priority plugin's thread now (`priority_p_reconfig`), so a test
+/// need not wait out the shipped 30-second period for the ledger write.
+fn wake_recompute(c: &TestCluster) {
+    let out = c.scontrol(&["reconfigure"]);
+    assert!(out.status.success(), "scontrol reconfigure: {}", text(&out));
+}
+
+/// The runs of `jobs` in the ledger, once every one of them has `want` closed runs.
+fn wait_for_runs(c: &TestCluster, jobs: &[u32], want: usize) -> HashMap<u32, Vec<RunRow>> {
+    let mut runs = HashMap::new();
+    c.wait_for(&format!("{} jobs' runs in the ledger", jobs.len()), secs(90), || {
+        let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
+        runs = jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
+        let done = runs.values().all(|r: &Vec<RunRow>| r.len() >= want && r.iter().all(|r| r.run_end.is_some()));
+        if !done {
+            wake_recompute(c);
+        }
+        done
+    });
+    runs
+}
+
+#[test]
+fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
+    let c = TestCluster::start("shortjobs", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
+    // Twenty 1-GPU jobs of 1 to 3 seconds, chained as a free-rider would.
+    let jobs: Vec<u32> = (0..20u32)
+        .map(|i| {
+            let user = if i % 2 == 0 { "alice" } else { "bob" };
+            c.sbatch(user, &["--gres=gpu:1", "--comment=min_runtime=10s", &sleep_job(1 + i % 3)]).unwrap()
+        })
+        .collect();
+    c.wait_for("all short jobs complete", secs(120), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+    let runs = wait_for_runs(&c, &jobs, 1);
+    for (i, &id) in jobs.iter().enumerate() {
+        let r = &runs[&id];
+        assert_eq!(r.len(), 1, "job {id}: {r:?}");
+        let s = &slurm[&id];
+        assert_eq!((r[0].run_start, r[0].run_end), (field_i64(s, "StartTime"), Some(field_i64(s, "EndTime"))), "job {id}: the ledger's run is Slurm's");
+        let leaf = if i % 2 == 0 { "lab/teama" } else { "lab/teamb" };
+        assert_eq!((r[0].leaf.as_deref(), r[0].gpus, r[0].allocated), (Some(leaf), 1, true), "job {id}");
+        assert_eq!(r[0].end_reason.as_deref(), Some("completed"));
+    }
+}
+
+#[test]
+fn h2_odd_account_spellings_are_charged_to_the_budget_checked() {
+    let c = TestCluster::start("spellings", BUDGET, Options::default());
+    let spellings = [" teama", "TeamA ", "", "  TEAMA  "];
+    let jobs: Vec<u32> = spellings
+        .iter()
+        .map(|a| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &format!("--account={a}"), &sleep_job(2)]).unwrap())
+        .collect();
+    for (&id, a) in jobs.iter().zip(spellings) {
+        assert_eq!(c.job(id).get("Account"), "teama", "-A {a:?} must become the budget's own account");
+    }
+    // The same spellings cannot smuggle a non-member in.
+    let e = c.sbatch("bob", &["--account= TeamA", &sleep_job(2)]).unwrap_err();
+    assert!(e.contains("not a member of budget lab/teama"), "{e}");
+    let e = c.sbatch("erin", &["--account=", &sleep_job(2)]).unwrap_err();
+    assert!(e.contains("user 'erin' has no default budget"), "{e}");
+    let e = c.sbatch("alice", &["--account=nosuch ", &sleep_job(2)]).unwrap_err();
+    assert!(e.contains("account 'nosuch' is not in the allot budget tree"), "{e}");
+    // An account that is not UTF-8 is refused, not charged to a default.
+    let mut bad = b"--account=teama".to_vec();
+    bad.push(0xff);
+    let out = c.slurm_os(Some("alice"), "sbatch", &[OsString::from("--gres=gpu:1"), OsString::from_vec(bad), OsString::from(sleep_job(2))]);
+    assert!(!out.status.success(), "a non-UTF-8 account was accepted: {}", text(&out));
+    assert!(text(&out).contains("is not valid UTF-8 text"), "{}", text(&out));
+
+    let runs = wait_for_runs(&c, &jobs, 1);
+    for id in &jobs {
+        assert_eq!(runs[id][0].leaf.as_deref(), Some("lab/teama"), "job {id} charged to {:?}", runs[id][0].leaf);
+        assert_eq!(runs[id][0].account.as_deref(), Some("teama"));
+    }
+}
+
+#[test]
+fn h3_a_started_job_keeps_the_contract_and_budget_it_started_under() {
+    let c = TestCluster::start("frozen", BUDGET, Options::default());
+    // A free job tries to give itself hours of protection once it holds GPUs.
+    let free = c.sbatch("dave", &["--gres=gpu:8", "--comment=min_runtime=0", &sleep_job(600)]).unwrap();
+    c.wait_state(free, "RUNNING", secs(30));
+    let up = c.slurm(Some("dave"), "scontrol", &["update", &format!("jobid={free}"), "comment=min_runtime=8h"]);
+    assert!(!up.status.success(), "a running job changed its contract: {}", text(&up));
+    assert!(text(&up).contains("no longer pending"), "{}", text(&up));
+    let up = c.scontrol(&["update", &format!("jobid={free}"), "comment=min_runtime=8h"]);
+    assert!(!up.status.success(), "even root may not rewrite a running job's contract: {}", text(&up));
+    assert_eq!(c.job(free).comment(), "min_runtime=0 priority=normal");
+    assert!(c.ctld_log().contains(&format!("JobId={free} has started: its contract 'min_runtime=0 priority=normal' holds until it ends")));
+    // Nor move it to another budget mid-run (dave may charge both).
+    let up = c.slurm(Some("dave"), "scontrol", &["update", &format!("jobid={free}"), "account=teamb"]);
+    assert!(!up.status.success(), "a running job changed budget: {}", text(&up));
+    // Free text may still change; the contract stays.
+    let up = c.slurm(Some("dave"), "scontrol", &["update", &format!("jobid={free}"), "comment=note min_runtime=0"]);
+    assert!(up.status.success(), "{}", text(&up));
+    assert_eq!(c.job(free).comment(), "note min_runtime=0 priority=normal");
+
+    // A pending job's contract may change, and is written out canonically.
+    let held = c.sbatch("dave", &["--gres=gpu:8", "--hold", "--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
+    let up = c.slurm(Some("dave"), "scontrol", &["update", &format!("jobid={held}"), "comment=min_runtime=2h priority=HIGH"]);
+    assert!(up.status.success(), "{}", text(&up));
+    assert_eq!(c.job(held).comment(), "min_runtime=2h priority=high");
+
+    // A comment that is not UTF-8 is refused rather than replaced by the default.
+    let bad = b"--comment=min_runtime=8h \xfe".to_vec();
+    let out = c.slurm_os(Some("alice"), "sbatch", &[OsString::from_vec(bad), OsString::from(sleep_job(2))]);
+    assert!(!out.status.success() && text(&out).contains("is not valid UTF-8 text"), "{}", text(&out));
+    // A contract that would overflow Slurm's 1,024-byte comment is refused by
+    // allot, saying so (not Slurm's "Pathname too long").
+    let long = format!("--comment={} min_runtime=1h", "x".repeat(1000));
+    let e = c.sbatch("alice", &[&long, &sleep_job(2)]).unwrap_err();
+    assert!(e.contains("Slurm keeps at most 1024: shorten its other text by 7 bytes"), "{e}");
+    let fits = format!("--comment={} min_runtime=1h", "x".repeat(993));
+    c.sbatch("alice", &["--hold", &fits, &sleep_job(2)]).expect("1,024 bytes with the contract fit");
+
+    // The ledger agrees with Slurm: recorded unallocated, uncharged.
+    c.wait_for("the free job's run and contract are recorded", secs(20), || {
+        let l = c.ledger();
+        l.contract(free).ok().flatten().is_some() && !l.runs_of_job(free).unwrap_or_default().is_empty()
+    });
+    let l = c.ledger();
+    assert_eq!(l.contract(free).unwrap().unwrap().min_runtime, 0);
+    assert!(!l.runs_of_job(free).unwrap()[0].allocated);
+    let why = c.allot(&["why", &free.to_string()]);
+    assert!(text(&why).contains("min_runtime=0"), "{}", text(&why));
+}
+
+/// A job that ignores SIGTERM, so it is still running in its grace time.
+const STUBBORN: &str = "#!/bin/bash\ntrap 'echo term' TERM\nwhile true; do sleep 1; done\n";
+
+#[test]
+fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
+    let c = TestCluster::start("graceend", BUDGET, Options { recompute_period: 1, grace: 20 });
+    let script = c.job_dir().join("stubborn.sh");
+    std::fs::write(&script, STUBBORN).unwrap();
+    let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", script.to_str().unwrap()]).unwrap();
+    c.wait_state(free, "RUNNING", secs(30));
+    let preemptor = c.sbatch("bob", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
+    c.wait_for("the free job is being preempted", secs(60), || {
+        let j = c.job(free);
+        !j.get("PreemptTime").is_empty() && j.get("PreemptTime") != "None"
+    });
+    // In its grace time, its owner cancels it: that is the end of it.
+    let out = c.slurm(Some("alice"), "scancel", &[&free.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    c.wait_state(free, "CANCELLED", secs(30));
+    c.wait_state(preemptor, "RUNNING", secs(60));
+    std::thread::sleep(secs(5));
+    let j = c.job(free);
+    assert_eq!((j.state(), j.restarts()), ("CANCELLED", 0), "a user's scancel in the grace time requeued the job");
+    let l = c.ledger();
+    assert!(l.events_of_job(free).unwrap().iter().all(|e| e.kind != "requeued_after_grace"));
+    c.wait_for("the cancelled run is recorded", secs(20), || c.ledger().runs_of_job(free).unwrap().iter().any(|r| r.run_end.is_some()));
+    let runs = c.ledger().runs_of_job(free).unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].end_reason.as_deref(), Some("cancelled"));
+}
+
+#[test]
+fn h5_runs_end_as_slurm_ended_them_and_a_suspension_is_not_charged() {
+    let c = TestCluster::start("endings", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
+    // Preempted and requeued: end_reason "preempted", then a second run.
+    let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", &sleep_job(600)]).unwrap();
+    c.wait_state(free, "RUNNING", secs(30));
+    let preemptor = c.sbatch("bob", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
+    c.wait_state(preemptor, "RUNNING", secs(60));
+    // Requeued by an admin: "requeued".
+    let admin = c.sbatch("carol", &["--gres=gpu:4", "-w", "n3", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
+    c.wait_state(admin, "RUNNING", secs(30));
+    std::thread::sleep(secs(2));
+    assert!(c.scontrol(&["requeue", &admin.to_string()]).status.success());
+    // Suspended for about 8 s in a 20-second job: charged its running time only.
+    let sus = c.sbatch("dave", &["--gres=gpu:8", "-w", "n1", "--comment=min_runtime=5s", &sleep_job(20)]).unwrap();
+    c.wait_state(sus, "RUNNING", secs(30));
+    std::thread::sleep(secs(4));
+    assert!(c.scontrol(&["suspend", &sus.to_string()]).status.success());
+    std::thread::sleep(secs(8));
+    assert!(c.scontrol(&["resume", &sus.to_string()]).status.success());
+    c.wait_state(sus, "COMPLETED", secs(60));
+
+    let runs = wait_for_runs(&c, &[free, admin, sus], 1);
+    assert_eq!(runs[&free][0].end_reason.as_deref(), Some("preempted"), "{:?}", runs[&free]);
+    assert_eq!(runs[&admin][0].end_reason.as_deref(), Some("requeued"), "{:?}", runs[&admin]);
+    let s = c.jobs_epoch().into_iter().find(|j| j.id == sus).unwrap();
+    let wall = field_i64(&s, "EndTime") - field_i64(&s, "StartTime");
+    let charged: i64 = runs[&sus].iter().map(|r| r.run_end.unwrap() - r.run_start).sum();
+    assert!(charged <= wall - 6, "the suspension was charged: {charged} s of {wall} s wall time, runs {:?}", runs[&sus]);
+    assert!(charged >= wall - 10, "running time went missing: {charged} s of {wall} s, runs {:?}", runs[&sus]);
+}
+
+/// Every closed run of the ledger, by (job, start).
+fn closed_runs(l: &Ledger) -> BTreeMap<(u32, i64), (i64, u32, Option<String>)> {
+    l.runs_since(0).unwrap().into_iter().filter_map(|r| Some(((r.job_id, r.run_start), (r.run_end?, r.gpus, r.leaf)))).collect()
+}
+
+#[test]
+fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
+    let c = TestCluster::start("ledgerfault", BUDGET, Options::default());
+    let t0 = now();
+    let short: Vec<u32> = (0..6).map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
+    let long = c.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    c.wait_for("the short jobs end", secs(60), || short.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    c.wait_state(long, "RUNNING", secs(30));
+    let before = wait_for_runs(&c, &short, 1);
+    std::thread::sleep(secs(3));
+    let fault = now();
+    let history = closed_runs(&c.ledger());
+    let charged_before: HashMap<String, i64> = c.ledger().charged_by_leaf(t0 - 60, fault).unwrap().into_iter().collect();
+    assert_eq!(history.len(), short.len(), "{history:?}");
+
+    // 1. Overwritten in place with garbage (same file, WAL left behind).
+    let garbage: Vec<u8> = (0..200_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    std::fs::write(c.ledger_path(), &garbage).unwrap();
+    let during: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap()).collect();
+    c.wait_for("jobs run and end while the ledger is garbage", secs(60), || during.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    std::thread::sleep(secs(4));
+    assert_eq!(std::fs::read(c.ledger_path()).unwrap(), garbage, "the plugin wrote into a file that is not a ledger");
+    let log = c.ctld_log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("priority/allot") && l.contains("is not a SQLite database any more")).collect();
+    assert_eq!(lines.len(), 1, "the fault is logged once a minute at most:\n{}", lines.join("\n"));
+    // allot says what is wrong and how to recover; recovery moves it aside.
+    let sync = c.allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
+    assert!(!sync.status.success());
+    assert!(text(&sync).contains("allot ledger recover"), "{}", text(&sync));
+    let recover = c.allot(&["ledger", "recover"]);
+    assert!(recover.status.success(), "{}", text(&recover));
+    let aside: Vec<_> = std::fs::read_dir(&c.dir).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("ledger.db.corrupt-")).collect();
+    assert_eq!(aside.len(), 1, "the bad file is kept aside");
+    assert_eq!(std::fs::read(aside[0].path()).unwrap(), garbage);
+    let sync = c.allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
+    assert!(sync.status.success(), "{}", text(&sync));
+    let runs = wait_for_runs(&c, &during, 1);
+    assert_eq!(runs.len(), during.len());
+    // Everything from before the fault is back, run for run, and so is the
+    // usage of that period.
+    let l = c.ledger();
+    let after = closed_runs(&l);
+    for (key, run) in &history {
+        assert_eq!(after.get(key), Some(run), "run {key:?} lost or changed in the recovery");
+    }
+    let charged_after: HashMap<String, i64> = l.charged_by_leaf(t0 - 60, fault).unwrap().into_iter().collect();
+    assert_eq!(charged_after, charged_before, "usage before the fault changed");
+    assert!(l.runs_of_job(long).unwrap().iter().any(|r| r.run_end.is_none()), "the running job's run is back");
+
+    // 2. Deleted, then re-synced: the same.
+    let history = closed_runs(&l);
+    drop(l);
+    std::fs::remove_file(c.ledger_path()).unwrap();
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-wal"));
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-shm"));
+    let gone = c.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    c.wait_state(gone, "COMPLETED", secs(60));
+    let sync = c.allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
+    assert!(sync.status.success(), "{}", text(&sync));
+    wait_for_runs(&c, &[gone], 1);
+    let after = closed_runs(&c.ledger());
+    for (key, run) in &history {
+        assert_eq!(after.get(key), Some(run), "run {key:?} lost when the ledger was deleted");
+    }
+    let charged_after: HashMap<String, i64> = c.ledger().charged_by_leaf(t0 - 60, fault).unwrap().into_iter().collect();
+    assert_eq!(charged_after, charged_before);
+    let _ = before;
+}
+
+#[test]
+fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
+    let c = TestCluster::start("reconcile", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
+    // Slurm's own record of every run, polled: (job, restart) -> (start, end, gpus).
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let stop = stop.clone();
+        let conf = c.slurm_conf();
+        std::thread::spawn(move || {
+            let mut seen: BTreeMap<(u32, u32), (i64, Option<i64>, i64)> = BTreeMap::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let out = std::process::Command::new("scontrol").args(["show", "job", "-o"]).env("SLURM_CONF", &conf).env("SLURM_TIME_FORMAT", "%s").output();
+                if let Ok(out) = out {
+                    for j in support::parse_jobs(&String::from_utf8_lossy(&out.stdout)) {
+                        let restarts = j.restarts();
+                        let num = |k: &str| j.get(k).parse::<i64>().ok();
+                        match j.state() {
+                            "RUNNING" => {
+                                if let Some(start) = num("StartTime") {
+                                    seen.entry((j.id, restarts)).or_insert((start, None, gpus_of(&j)));
+                                }
+                            }
+                            "PENDING" if restarts > 0 => {
+                                // Requeued: the previous run ended at EndTime.
+                                if let (Some(run), Some(end)) = (seen.get_mut(&(j.id, restarts - 1)), num("EndTime")) {
+                                    run.1.get_or_insert(end);
+                                }
+                            }
+                            "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "NODE_FAIL" => {
+                                if let (Some(start), Some(end)) = (num("StartTime"), num("EndTime")) {
+                                    if start > 0 && end > 0 {
+                                        let run = seen.entry((j.id, restarts)).or_insert((start, None, gpus_of(&j)));
+                                        run.1.get_or_insert(end);
+                                    }
+                                }
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            seen
+        })
+    };
+
+    let mut jobs = Vec::new();
+    // Long jobs across a slurmctld restart.
+    for user in ["alice", "bob"] {
+        jobs.push(c.sbatch(user, &["--gres=gpu:8", "--comment=min_runtime=10s", &sleep_job(40)]).unwrap());
+    }
+    // Jobs that an admin requeues once, then run to the end.
+    let requeued: Vec<u32> = (0..3).map(|_| c.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=10s", "--requeue", &sleep_job(20)]).unwrap()).collect();
+    jobs.extend(&requeued);
+    // Short jobs, 1 to 5 s.
+    for i in 0..20u32 {
+        let user = ["alice", "bob", "dave"][i as usize % 3];
+        jobs.push(c.sbatch(user, &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1 + i % 5)]).unwrap());
+        if i == 8 {
+            c.wait_for("the requeue candidates run", secs(30), || requeued.iter().all(|&j| c.job(j).state() == "RUNNING"));
+            for &j in &requeued {
+                let out = c.scontrol(&["requeue", &j.to_string()]);
+                assert!(out.status.success(), "{}", text(&out));
+            }
+        }
+        if i == 14 {
+            c.restart_slurmctld();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(700));
+    }
+    c.wait_for("every job ends", secs(180), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let slurm = poller.join().unwrap();
+
+    let wanted: HashMap<u32, usize> = jobs.iter().map(|&j| (j, if requeued.contains(&j) { 2 } else { 1 })).collect();
+    let ledger_runs: HashMap<u32, Vec<RunRow>> = {
+        let ids: Vec<u32> = jobs.clone();
+        let mut runs = HashMap::new();
+        c.wait_for("every run in the ledger", secs(90), || {
+            let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
+            runs = ids.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
+            let done = runs.iter().all(|(j, r): (&u32, &Vec<RunRow>)| r.len() >= wanted[j] && r.iter().all(|r| r.run_end.is_some()));
+            if !done {
+                wake_recompute(&c);
+            }
+            done
+        });
+        runs
+    };
+    let slurm_gpu_s: i64 = slurm.values().map(|(start, end, gpus)| (end.expect("every run seen ending") - start) * gpus).sum();
+    let ledger_gpu_s: i64 = ledger_runs.values().flatten().map(|r| (r.run_end.unwrap() - r.run_start) * r.gpus as i64).sum();
+    let runs_slurm = slurm.len();
+    let runs_ledger: usize = ledger_runs.values().map(Vec::len).sum();
+    eprintln!("reconciliation: Slurm {runs_slurm} runs, {slurm_gpu_s} GPU-s; ledger {runs_ledger} runs, {ledger_gpu_s} GPU-s");
+    assert_eq!(runs_ledger, runs_slurm, "runs: ledger {ledger_runs:?}\nslurm {slurm:?}");
+    let diff = (ledger_gpu_s - slurm_gpu_s).abs() as f64 / slurm_gpu_s as f64;
+    assert!(diff <= 0.01, "ledger {ledger_gpu_s} GPU-s vs Slurm {slurm_gpu_s} GPU-s: {:.2}% apart", diff * 100.0);
+}
