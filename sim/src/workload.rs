@@ -156,9 +156,16 @@ impl Workload {
     /// Reads a workload CSV. With `skip_bad_rows`, bad rows are left out and
     /// listed in [`Workload::skipped`]; otherwise any bad row fails the read
     /// with all of them listed.
-    pub fn from_csv(reader: impl Read, skip_bad_rows: bool) -> Result<Workload, LoadError> {
-        let mut rdr = csv::ReaderBuilder::new().has_headers(true).trim(csv::Trim::All).from_reader(reader);
+    pub fn from_csv(mut reader: impl Read, skip_bad_rows: bool) -> Result<Workload, LoadError> {
         let header_error = |message: String| LoadError { errors: vec![RowError { line: 1, message }] };
+        // Read whole, to number the lines ourselves: the csv crate counts
+        // only '\n', so rows of a file with '\r\n' line ends (as spreadsheets
+        // on Windows write them) were reported a line early, and every row
+        // of a '\r' file on line 1.
+        let mut text = Vec::new();
+        reader.read_to_end(&mut text).map_err(|e| header_error(format!("cannot read the file: {e}")))?;
+        let mut lines = LineCounter::new(&text);
+        let mut rdr = csv::ReaderBuilder::new().has_headers(true).trim(csv::Trim::All).from_reader(text.as_slice());
         let headers = rdr.headers().map_err(|e| header_error(format!("cannot read the header: {e}")))?.clone();
         let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         let mut ignored = Vec::new();
@@ -201,18 +208,18 @@ impl Workload {
         let mut record = csv::StringRecord::new();
         let mut position: u32 = 0;
         loop {
-            let line = rdr.position().line() + 1;
+            let line = lines.line_at(rdr.position().byte());
             match rdr.read_record(&mut record) {
                 Ok(false) => break,
                 Ok(true) => {}
                 Err(e) => {
                     // A malformed record (wrong field count, bad UTF-8): keep going past it.
-                    let line = e.position().map_or(line, |p| p.line());
+                    let line = e.position().map_or(line, |p| lines.line_at(p.byte()));
                     errors.push(RowError { line, message: format!("unreadable row: {e}") });
                     continue;
                 }
             }
-            let line = record.position().map_or(line, |p| p.line());
+            let line = record.position().map_or(line, |p| lines.line_at(p.byte()));
             let this_position = position;
             position = position.saturating_add(1);
             match parse_row(&record, &cols, this_position, &mut teams, &mut kinds) {
@@ -280,6 +287,45 @@ impl Workload {
     /// Distinct job ids; used by tests.
     pub fn ids(&self) -> HashSet<u32> {
         self.jobs.iter().map(|j| j.job_id).collect()
+    }
+}
+
+/// 1-based line numbers of records' starts, for line ends `\n`, `\r\n`
+/// and `\r`. The csv crate gives a record's start as where the previous
+/// record ended: possibly on the `\n` of a `\r\n`, or before blank lines it
+/// skipped; so the line is that of the first byte from there on that ends no
+/// line. A `\r` ends a line, and a `\n` does unless it follows a `\r`.
+struct LineCounter<'a> {
+    text: &'a [u8],
+    at: usize,
+    line: u64,
+}
+
+impl<'a> LineCounter<'a> {
+    fn new(text: &'a [u8]) -> Self {
+        LineCounter { text, at: 0, line: 1 }
+    }
+
+    /// The line of the record starting at `offset`. Offsets mostly come in increasing
+    /// order; an earlier one counts again from the start.
+    fn line_at(&mut self, offset: u64) -> u64 {
+        let mut offset = usize::try_from(offset).unwrap_or(usize::MAX).min(self.text.len());
+        while matches!(self.text.get(offset), Some(b'\r' | b'\n')) {
+            offset += 1;
+        }
+        if offset < self.at {
+            (self.at, self.line) = (0, 1);
+        }
+        for i in self.at..offset {
+            let ends_line = match self.text[i] {
+                b'\r' => true,
+                b'\n' => i == 0 || self.text[i - 1] != b'\r',
+                _ => false,
+            };
+            self.line += u64::from(ends_line);
+        }
+        self.at = offset;
+        self.line
     }
 }
 
@@ -483,6 +529,19 @@ mod tests {
             let sim = simulate(&w, &cfg, &mut |_| {});
             assert_eq!(sim.outcome.jobs.len(), w.jobs.len(), "{policy:?}");
             assert!(sim.outcome.end >= MAX_SUBMIT_S, "{policy:?} stopped at {}", sim.outcome.end);
+        }
+    }
+
+    /// Found by fuzzing (fuzz/corpus/workload_csv/crlf-line-numbers): with
+    /// `\r\n` line ends every row was reported one line early, and with `\r`
+    /// all on line 1.
+    #[test]
+    fn line_numbers_with_any_line_ends() {
+        for end in ["\n", "\r\n", "\r"] {
+            let csv = ["submit_s,gpus,runtime_s,team", "0,1,10,a", "", "x,1,10,a", "0,1", "\"0\",1,10,\"two", "lines\"", "0,0,1,a", ""].join(end);
+            let e = Workload::from_csv(csv.as_bytes(), false).unwrap_err();
+            let lines: Vec<u64> = e.errors.iter().map(|e| e.line).collect();
+            assert_eq!(lines, [4, 5, 8], "line ends {end:?}: {e}");
         }
     }
 }
