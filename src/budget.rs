@@ -610,9 +610,13 @@ impl BudgetTree {
         self.nodes[0].effective_share = 1.0;
         for id in 0..self.nodes.len() {
             let children = self.nodes[id].children.clone();
-            let total: f64 = children.iter().map(|&c| self.nodes[c as usize].share).sum();
+            // Shares are scaled by the largest sibling's before summing: a
+            // sum of shares near f64::MAX (`share = 1e308` twice) would be
+            // infinite and give every child an effective share of 0.
+            let largest = children.iter().map(|&c| self.nodes[c as usize].share).fold(0.0, f64::max);
+            let total: f64 = children.iter().map(|&c| self.nodes[c as usize].share / largest).sum();
             for c in children {
-                let normalized = if total > 0.0 { self.nodes[c as usize].share / total } else { 0.0 };
+                let normalized = if total > 0.0 { self.nodes[c as usize].share / largest / total } else { 0.0 };
                 self.nodes[c as usize].effective_share = self.nodes[id].effective_share * normalized;
             }
         }
@@ -1049,6 +1053,22 @@ members = ["*"]
 
     fn lab() -> BudgetTree {
         BudgetTree::parse(LAB).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Found by fuzzing (fuzz/corpus/budget/huge-shares.toml): shares
+    /// whose sum overflows to infinity gave every leaf an effective share of 0.
+    #[test]
+    fn huge_shares_still_sum_to_one() {
+        let t = BudgetTree::parse(
+            "[budget]\n[budget.a]\nshare = 1e308\naccounts = [\"a\"]\nmembers = [\"*\"]\n\
+             [budget.b]\nshare = 1.7e308\naccounts = [\"b\"]\nmembers = [\"x\"]\n\
+             [budget.c]\nshare = 5e-324\naccounts = [\"c\"]\nmembers = [\"y\"]\n",
+        )
+        .unwrap();
+        let eff = |p: &str| t.node(t.find(p).unwrap()).effective_share;
+        assert!((eff("a") - 1.0 / 2.7).abs() < 1e-12, "{}", eff("a"));
+        assert!((eff("b") - 1.7 / 2.7).abs() < 1e-12, "{}", eff("b"));
+        assert!((eff("a") + eff("b") + eff("c") - 1.0).abs() < 1e-12);
     }
 
     #[test]
