@@ -39,6 +39,10 @@
 #                     sched_interval/bf_interval) and conf/allot.conf's
 #                     RecomputePeriod and GraceTime (the two variables above
 #                     are then ignored).
+#   ALLOT_RUN_LOG=1   an EpilogSlurmctld that appends Slurm's record of every
+#                     run end (`scontrol show job -o`, times in Unix seconds)
+#                     to DIR/log/run-ends.log: the reconciliation test's
+#                     ground truth.
 #   CARGO_TARGET_DIR  where --plugins allot finds the built plugins.
 #
 # Needs root (SlurmUser=root, mknod) and scripts/install-deps.sh's packages.
@@ -372,6 +376,19 @@ cmd_up() {
         "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" \
         "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
+    if [[ ${ALLOT_RUN_LOG:-0} == 1 ]]; then
+        # Slurm's own record of every run, for reconciliation: slurmctld runs
+        # EpilogSlurmctld at the end of each run (requeues included) while
+        # the job is still completing, so its record still holds the run's
+        # start and end.
+        cat >"$ETC/epilog-ctld.sh" <<EOS
+#!/bin/sh
+SLURM_CONF=$CONF SLURM_TIME_FORMAT=%s scontrol show job -o "\$SLURM_JOB_ID" >>"$LOGS/run-ends.log" 2>&1
+exit 0
+EOS
+        chmod 755 "$ETC/epilog-ctld.sh"
+        printf '\n# ALLOT_RUN_LOG=1: every run end into log/run-ends.log\nEpilogSlurmctld=%s\n' "$ETC/epilog-ctld.sh" >>"$CONF"
+    fi
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
     set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"
     if ((!shipped)); then

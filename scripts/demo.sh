@@ -3,7 +3,7 @@
 #
 #   1. installs what it needs (scripts/install-deps.sh) and builds allot;
 #   2. brings up a real Slurm 22.05.8 cluster on this host (4 nodes x 8 fake
-#      GPUs) with allot's three plugins, and syncs the example lab's budget
+#      GPUs) with allot's four plugins, and syncs the example lab's budget
 #      tree (conf/budgets.toml: 3 programs, 10 projects, 24 teams);
 #   3. submits a mixed workload from several teams: idle "squatting" jobs that
 #      declare min_runtime=0 (unallocated), multi-node-sized training jobs,

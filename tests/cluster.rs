@@ -1,5 +1,5 @@
 //! allot inside a real Slurm 22.05.8: munged, slurmctld and four slurmd with
-//! eight fake GPUs each, the three plugins loaded, real sbatch jobs. Each
+//! eight fake GPUs each, the four plugins loaded, real sbatch jobs. Each
 //! test asserts on what sbatch/scontrol say or on the ledger.
 //!
 //! Needs root and the packages of `scripts/install-deps.sh`, and the release
@@ -222,7 +222,7 @@ fn t4_protected_until_its_minimum_runtime_then_preempted_when_it_ranks_lower() {
 
 #[test]
 fn t5_a_preempted_resumable_job_runs_again_even_if_it_exits_on_sigterm() {
-    let c = TestCluster::start("resume", BUDGET, Options { recompute_period: 1, grace: 6 });
+    let c = TestCluster::start("resume", BUDGET, Options { recompute_period: 1, grace: 6, ..Options::default() });
     // Three plain unallocated jobs, and one that checkpoints on SIGTERM and exits 0.
     let plain: Vec<u32> = (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-x", "n4", &sleep_job(600)]).unwrap()).collect();
     let script = "#!/bin/bash\ntrap 'echo checkpoint; exit 0' TERM\nsleep 600 &\nwait\n";

@@ -72,13 +72,14 @@ fn wake_recompute(c: &TestCluster) {
     assert!(out.status.success(), "scontrol reconfigure: {}", text(&out));
 }
 
-/// The runs of `jobs` in the ledger, once every one of them has `want` closed runs.
+/// The runs of `jobs` in the ledger (oldest first), once every one of them
+/// has at least `want` closed runs.
 fn wait_for_runs(c: &TestCluster, jobs: &[u32], want: usize) -> HashMap<u32, Vec<RunRow>> {
     let mut runs = HashMap::new();
     c.wait_for(&format!("{} jobs' runs in the ledger", jobs.len()), secs(90), || {
         let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
         runs = jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
-        let done = runs.values().all(|r: &Vec<RunRow>| r.len() >= want && r.iter().all(|r| r.run_end.is_some()));
+        let done = runs.values().all(|r: &Vec<RunRow>| r.iter().filter(|r| r.run_end.is_some()).count() >= want);
         if !done {
             wake_recompute(c);
         }
@@ -89,7 +90,7 @@ fn wait_for_runs(c: &TestCluster, jobs: &[u32], want: usize) -> HashMap<u32, Vec
 
 #[test]
 fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
-    let c = TestCluster::start("shortjobs", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
+    let c = TestCluster::start("shortjobs", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3, ..Options::default() });
     // Twenty 1-GPU jobs of 1 to 3 seconds, chained as a free-rider would.
     let jobs: Vec<u32> = (0..20u32)
         .map(|i| {
@@ -199,7 +200,7 @@ const STUBBORN: &str = "#!/bin/bash\ntrap 'echo term' TERM\nwhile true; do sleep
 
 #[test]
 fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
-    let c = TestCluster::start("graceend", BUDGET, Options { recompute_period: 1, grace: 20 });
+    let c = TestCluster::start("graceend", BUDGET, Options { recompute_period: 1, grace: 20, ..Options::default() });
     let script = c.job_dir().join("stubborn.sh");
     std::fs::write(&script, STUBBORN).unwrap();
     let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", script.to_str().unwrap()]).unwrap();
@@ -227,7 +228,7 @@ fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
 
 #[test]
 fn h5_runs_end_as_slurm_ended_them_and_a_suspension_is_not_charged() {
-    let c = TestCluster::start("endings", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
+    let c = TestCluster::start("endings", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3, ..Options::default() });
     // Preempted and requeued: end_reason "preempted", then a second run.
     let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", &sleep_job(600)]).unwrap();
     c.wait_state(free, "RUNNING", secs(30));
@@ -283,19 +284,32 @@ fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
     let during: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap()).collect();
     c.wait_for("jobs run and end while the ledger is garbage", secs(60), || during.iter().all(|&j| c.job(j).state() == "COMPLETED"));
     std::thread::sleep(secs(4));
-    assert_eq!(std::fs::read(c.ledger_path()).unwrap(), garbage, "the plugin wrote into a file that is not a ledger");
+    let now_bytes = std::fs::read(c.ledger_path()).unwrap();
+    let first_change = now_bytes.iter().zip(&garbage).position(|(a, b)| a != b);
+    assert!(now_bytes.len() == garbage.len() && first_change.is_none(), "the plugin wrote into a file that is not a ledger: {} bytes (was {}), first change at {first_change:?}", now_bytes.len(), garbage.len());
     let log = c.ctld_log();
+    // One line for the thread that reads the budget, one for the writer:
+    // not one per period or per job (the fault lasted several periods and
+    // four jobs).
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("priority/allot") && l.contains("is not a SQLite database any more")).collect();
-    assert_eq!(lines.len(), 1, "the fault is logged once a minute at most:\n{}", lines.join("\n"));
+    assert!(!lines.is_empty() && lines.len() <= 2, "the fault is logged once a minute at most:\n{}", lines.join("\n"));
+    assert_eq!(lines.iter().filter(|l| l.contains("writing the ledger")).count(), 1, "{}", lines.join("\n"));
     // allot says what is wrong and how to recover; recovery moves it aside.
     let sync = c.allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
     assert!(!sync.status.success());
     assert!(text(&sync).contains("allot ledger recover"), "{}", text(&sync));
     let recover = c.allot(&["ledger", "recover"]);
     assert!(recover.status.success(), "{}", text(&recover));
-    let aside: Vec<_> = std::fs::read_dir(&c.dir).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().starts_with("ledger.db.corrupt-")).collect();
+    let aside: Vec<_> = std::fs::read_dir(&c.dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with("ledger.db.corrupt-") && !name.ends_with("-wal") && !name.ends_with("-shm")
+        })
+        .collect();
     assert_eq!(aside.len(), 1, "the bad file is kept aside");
-    assert_eq!(std::fs::read(aside[0].path()).unwrap(), garbage);
+    assert!(std::fs::read(aside[0].path()).unwrap() == garbage, "the file moved aside is the bad file, byte for byte");
     let sync = c.allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
     assert!(sync.status.success(), "{}", text(&sync));
     let runs = wait_for_runs(&c, &during, 1);
@@ -333,50 +347,11 @@ fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
 
 #[test]
 fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
-    let c = TestCluster::start("reconcile", BUDGET, Options { recompute_period: SHIPPED_PERIOD, grace: 3 });
-    // Slurm's own record of every run, polled: (job, restart) -> (start, end, gpus).
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let poller = {
-        let stop = stop.clone();
-        let conf = c.slurm_conf();
-        std::thread::spawn(move || {
-            let mut seen: BTreeMap<(u32, u32), (i64, Option<i64>, i64)> = BTreeMap::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let out = std::process::Command::new("scontrol").args(["show", "job", "-o"]).env("SLURM_CONF", &conf).env("SLURM_TIME_FORMAT", "%s").output();
-                if let Ok(out) = out {
-                    for j in support::parse_jobs(&String::from_utf8_lossy(&out.stdout)) {
-                        let restarts = j.restarts();
-                        let num = |k: &str| j.get(k).parse::<i64>().ok();
-                        match j.state() {
-                            "RUNNING" => {
-                                if let Some(start) = num("StartTime") {
-                                    seen.entry((j.id, restarts)).or_insert((start, None, gpus_of(&j)));
-                                }
-                            }
-                            "PENDING" if restarts > 0 => {
-                                // Requeued: the previous run ended at EndTime.
-                                if let (Some(run), Some(end)) = (seen.get_mut(&(j.id, restarts - 1)), num("EndTime")) {
-                                    run.1.get_or_insert(end);
-                                }
-                            }
-                            "COMPLETED" | "FAILED" | "CANCELLED" | "TIMEOUT" | "PREEMPTED" | "NODE_FAIL" => {
-                                if let (Some(start), Some(end)) = (num("StartTime"), num("EndTime")) {
-                                    if start > 0 && end > 0 {
-                                        let run = seen.entry((j.id, restarts)).or_insert((start, None, gpus_of(&j)));
-                                        run.1.get_or_insert(end);
-                                    }
-                                }
-                            }
-                            _ => {}
-                        }
-                    }
-                }
-                std::thread::sleep(std::time::Duration::from_millis(200));
-            }
-            seen
-        })
-    };
-
+    // Slurm's own record of every run: slurmctld's EpilogSlurmctld dumps the
+    // job record at each run's end (requeues included), start and end in
+    // Unix seconds (ALLOT_RUN_LOG in scripts/cluster.sh).
+    let options = Options { recompute_period: SHIPPED_PERIOD, grace: 3, run_log: true };
+    let c = TestCluster::start("reconcile", BUDGET, options);
     let mut jobs = Vec::new();
     // Long jobs across a slurmctld restart.
     for user in ["alice", "bob"] {
@@ -385,6 +360,7 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
     // Jobs that an admin requeues once, then run to the end.
     let requeued: Vec<u32> = (0..3).map(|_| c.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=10s", "--requeue", &sleep_job(20)]).unwrap()).collect();
     jobs.extend(&requeued);
+    let mut requeue_ends: HashMap<u32, (i64, i64)> = HashMap::new();
     // Short jobs, 1 to 5 s.
     for i in 0..20u32 {
         let user = ["alice", "bob", "dave"][i as usize % 3];
@@ -392,8 +368,20 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
         if i == 8 {
             c.wait_for("the requeue candidates run", secs(30), || requeued.iter().all(|&j| c.job(j).state() == "RUNNING"));
             for &j in &requeued {
+                // The requeued run's start, from Slurm's record while it runs.
+                let start = c.jobs_epoch().into_iter().find(|x| x.id == j).map(|x| field_i64(&x, "StartTime")).unwrap();
+                // Its end is the second in which slurmctld handled the
+                // requeue (Slurm keeps no record of it once the job is
+                // pending again, without slurmdbd): requeue early in a second,
+                // and make sure the call did not straddle two.
+                let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+                std::thread::sleep(std::time::Duration::from_nanos(1_000_000_000 - t.subsec_nanos() as u64 + 20_000_000));
+                let before = now();
                 let out = c.scontrol(&["requeue", &j.to_string()]);
+                let after = now();
                 assert!(out.status.success(), "{}", text(&out));
+                assert_eq!(before, after, "scontrol requeue took more than the rest of a second");
+                requeue_ends.insert(j, (start, before));
             }
         }
         if i == 14 {
@@ -402,31 +390,53 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
         std::thread::sleep(std::time::Duration::from_millis(700));
     }
     c.wait_for("every job ends", secs(180), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let slurm = poller.join().unwrap();
 
-    let wanted: HashMap<u32, usize> = jobs.iter().map(|&j| (j, if requeued.contains(&j) { 2 } else { 1 })).collect();
-    let ledger_runs: HashMap<u32, Vec<RunRow>> = {
-        let ids: Vec<u32> = jobs.clone();
-        let mut runs = HashMap::new();
-        c.wait_for("every run in the ledger", secs(90), || {
-            let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
-            runs = ids.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
-            let done = runs.iter().all(|(j, r): (&u32, &Vec<RunRow>)| r.len() >= wanted[j] && r.iter().all(|r| r.run_end.is_some()));
-            if !done {
-                wake_recompute(&c);
-            }
-            done
-        });
-        runs
-    };
-    let slurm_gpu_s: i64 = slurm.values().map(|(start, end, gpus)| (end.expect("every run seen ending") - start) * gpus).sum();
+    // Slurm's runs: (job, start) -> (end, GPUs), once the epilogs have run.
+    let mut slurm: BTreeMap<(u32, i64), (i64, i64)> = BTreeMap::new();
+    c.wait_for("Slurm's record of every run end", secs(30), || {
+        // A requeued run's epilog sees the job pending again (start and end
+        // cleared or estimated): those runs come from the requeue itself.
+        slurm = c
+            .run_ends()
+            .iter()
+            .filter(|j| jobs.contains(&j.id) && j.state() != "PENDING")
+            .filter_map(|j| Some(((j.id, j.get("StartTime").parse().ok()?), (j.get("EndTime").parse().ok()?, gpus_of(j)))))
+            .collect();
+        for (&j, &(start, end)) in &requeue_ends {
+            slurm.insert((j, start), (end, 4));
+        }
+        jobs.iter().all(|j| slurm.keys().filter(|(id, _)| id == j).count() == if requeued.contains(j) { 2 } else { 1 })
+    });
+    let mut wanted: HashMap<u32, usize> = HashMap::new();
+    for (job, _) in slurm.keys() {
+        *wanted.entry(*job).or_default() += 1;
+    }
+    let mut ledger_runs: HashMap<u32, Vec<RunRow>> = HashMap::new();
+    c.wait_for("every run in the ledger", secs(90), || {
+        let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
+        ledger_runs = jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
+        let done = ledger_runs.iter().all(|(j, r)| r.len() >= wanted[j] && r.iter().all(|r| r.run_end.is_some()));
+        if !done {
+            wake_recompute(&c);
+        }
+        done
+    });
+    let slurm_gpu_s: i64 = slurm.iter().map(|((_, start), (end, gpus))| (end - start) * gpus).sum();
     let ledger_gpu_s: i64 = ledger_runs.values().flatten().map(|r| (r.run_end.unwrap() - r.run_start) * r.gpus as i64).sum();
-    let runs_slurm = slurm.len();
     let runs_ledger: usize = ledger_runs.values().map(Vec::len).sum();
-    eprintln!("reconciliation: Slurm {runs_slurm} runs, {slurm_gpu_s} GPU-s; ledger {runs_ledger} runs, {ledger_gpu_s} GPU-s");
-    assert_eq!(runs_ledger, runs_slurm, "runs: ledger {ledger_runs:?}\nslurm {slurm:?}");
+    let short_runs = slurm.iter().filter(|((_, s), (e, _))| e - s <= 5).count();
+    eprintln!(
+        "reconciliation: Slurm {} runs ({short_runs} of 5 s or less, {} after a requeue), {slurm_gpu_s} GPU-s; ledger {runs_ledger} runs, {ledger_gpu_s} GPU-s",
+        slurm.len(),
+        slurm.len() - jobs.len()
+    );
+    assert_eq!(runs_ledger, slurm.len(), "runs: ledger {ledger_runs:?}\nslurm {slurm:?}");
+    for (j, runs) in &ledger_runs {
+        for r in runs {
+            let s = slurm.get(&(*j, r.run_start));
+            assert_eq!(s.map(|&(end, gpus)| (end, gpus)), Some((r.run_end.unwrap(), r.gpus as i64)), "job {j}: ledger run {r:?} is not one of Slurm's");
+        }
+    }
     let diff = (ledger_gpu_s - slurm_gpu_s).abs() as f64 / slurm_gpu_s as f64;
     assert!(diff <= 0.01, "ledger {ledger_gpu_s} GPU-s vs Slurm {slurm_gpu_s} GPU-s: {:.2}% apart", diff * 100.0);
 }

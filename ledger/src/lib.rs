@@ -215,6 +215,16 @@ impl Ledger {
         Ok(Ledger { conn, path })
     }
 
+    /// Leaves the write-ahead log to others when this connection closes,
+    /// instead of checkpointing it into the database file. For a long-lived
+    /// writer (the priority plugin) that drops its connection when it finds
+    /// the file overwritten in place: a checkpoint on close would write
+    /// ledger pages into whatever now occupies the file.
+    pub fn no_checkpoint_on_close(&self) -> Result<()> {
+        self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(self.err())?;
+        Ok(())
+    }
+
     /// Where this ledger lives, for messages.
     pub fn path(&self) -> &str {
         &self.path

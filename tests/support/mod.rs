@@ -45,11 +45,13 @@ pub struct Options {
     pub recompute_period: u32,
     /// allot.conf GraceTime, seconds.
     pub grace: u32,
+    /// Log Slurm's record of every run end (scripts/cluster.sh ALLOT_RUN_LOG).
+    pub run_log: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3 }
+        Options { recompute_period: 1, grace: 3, run_log: false }
     }
 }
 
@@ -144,6 +146,7 @@ impl TestCluster {
             .env("ALLOT_PORT_BASE", port_base.to_string())
             .env("ALLOT_RECOMPUTE_PERIOD", options.recompute_period.to_string())
             .env("ALLOT_GRACE_TIME", options.grace.to_string())
+            .env("ALLOT_RUN_LOG", if options.run_log { "1" } else { "0" })
             .output()
             .expect("scripts/cluster.sh runs");
         assert!(up.status.success(), "cluster up failed:\n{}", text(&up));
@@ -255,6 +258,13 @@ impl TestCluster {
 
     pub fn ledger(&self) -> Ledger {
         Ledger::open_read_only(self.ledger_path()).expect("the ledger opens")
+    }
+
+    /// Slurm's record of every run that ended (ALLOT_RUN_LOG), one per run,
+    /// times in Unix seconds.
+    pub fn run_ends(&self) -> Vec<JobInfo> {
+        let text = std::fs::read_to_string(self.dir.join("log/run-ends.log")).unwrap_or_default();
+        parse_jobs(&text)
     }
 
     /// slurmctld's log so far.

@@ -144,6 +144,7 @@ impl LedgerFile {
         }
         if self.open.is_none() {
             let ledger = if self.writable { Ledger::open(&self.path) } else { Ledger::open_read_only(&self.path) }.map_err(|e| e.to_string())?;
+            ledger.no_checkpoint_on_close().map_err(|e| e.to_string())?;
             let ino = inode(&self.path).ok_or_else(|| format!("{} vanished while opening it", self.path.display()))?;
             self.open = Some((ledger, ino, inode(&wal)));
             self.generation += 1;
