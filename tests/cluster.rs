@@ -9,42 +9,8 @@
 mod support;
 
 use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
-use support::{now, secs, text, Options, TestCluster};
+use support::{now, secs, sleep_job, text, Options, TestCluster, BUDGET};
 
-/// Two teams under one program, and a second program; dave belongs to both
-/// teams (teama by default); erin to none.
-const BUDGET: &str = r#"
-[cluster]
-lookback = "1h"
-min_runtime_cap = "8h"
-default_min_runtime = "30s"
-grace = "5s"
-preempt_margin = 0.05
-
-[default_leaf]
-dave = "lab/teama"
-
-[budget]
-owners = ["root"]
-
-[budget.lab]
-share = 1
-
-[budget.lab.teama]
-share = 1
-accounts = ["teama"]
-members = ["alice", "dave"]
-
-[budget.lab.teamb]
-share = 1
-accounts = ["teamb"]
-members = ["bob", "dave"]
-
-[budget.other]
-share = 1
-accounts = ["other"]
-members = ["carol"]
-"#;
 
 /// Team A used 32 GPUs for the last half hour: twice its allocation (a
 /// quarter of 32 GPUs over the one-hour window).
@@ -78,9 +44,6 @@ fn start_with_history(name: &str, options: Options) -> TestCluster {
     c
 }
 
-fn sleep_job(seconds: u32) -> String {
-    format!("--wrap=sleep {seconds}")
-}
 
 #[test]
 fn t1_bad_contracts_and_non_members_are_refused_at_submission() {

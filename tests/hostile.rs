@@ -12,49 +12,12 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
 use allot_ledger::{Ledger, RunRow};
-use support::{now, secs, text, JobInfo, Options, TestCluster};
+use support::{now, secs, sleep_job, text, JobInfo, Options, TestCluster, BUDGET};
 
-/// Two teams under one program, and a second program; dave belongs to both
-/// teams (teama by default); erin to none.
-const BUDGET: &str = r#"
-[cluster]
-lookback = "1h"
-min_runtime_cap = "8h"
-default_min_runtime = "30s"
-grace = "5s"
-preempt_margin = 0.05
-
-[default_leaf]
-dave = "lab/teama"
-
-[budget]
-owners = ["root"]
-
-[budget.lab]
-share = 1
-
-[budget.lab.teama]
-share = 1
-accounts = ["teama"]
-members = ["alice", "dave"]
-
-[budget.lab.teamb]
-share = 1
-accounts = ["teamb"]
-members = ["bob", "dave"]
-
-[budget.other]
-share = 1
-accounts = ["other"]
-members = ["carol"]
-"#;
 
 /// The shipped RecomputePeriod (conf/allot.conf): charging must not depend on it.
 const SHIPPED_PERIOD: u32 = 30;
 
-fn sleep_job(seconds: u32) -> String {
-    format!("--wrap=sleep {seconds}")
-}
 
 fn field_i64(job: &JobInfo, key: &str) -> i64 {
     job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))

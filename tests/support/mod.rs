@@ -6,6 +6,9 @@
 //! Tests run one cluster at a time (they share the machine's two cores and
 //! their timings matter): [`TestCluster::start`] takes a process-wide lock.
 
+// Each test crate (cluster.rs, hostile.rs) uses part of this module.
+#![allow(dead_code)]
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
@@ -162,16 +165,8 @@ impl TestCluster {
 
     /// A Slurm command, run as `user` (None: root).
     pub fn slurm(&self, user: Option<&str>, program: &str, args: &[&str]) -> Output {
-        let mut cmd = match user {
-            Some(u) => {
-                let mut c = Command::new("runuser");
-                c.args(["-u", u, "--", program]);
-                c
-            }
-            None => Command::new(program),
-        };
-        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.job_dir());
-        cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+        let args: Vec<std::ffi::OsString> = args.iter().map(std::ffi::OsString::from).collect();
+        self.slurm_os(user, program, &args)
     }
 
     /// A Slurm command whose arguments may be any bytes (not only UTF-8).
@@ -303,6 +298,46 @@ impl Drop for TestCluster {
             Err(e) => eprintln!("cluster down failed: {e}"),
         }
     }
+}
+
+/// Two teams under one program, and a second program; dave belongs to both
+/// teams (teama by default); erin to none.
+pub const BUDGET: &str = r#"
+[cluster]
+lookback = "1h"
+min_runtime_cap = "8h"
+default_min_runtime = "30s"
+grace = "5s"
+preempt_margin = 0.05
+
+[default_leaf]
+dave = "lab/teama"
+
+[budget]
+owners = ["root"]
+
+[budget.lab]
+share = 1
+
+[budget.lab.teama]
+share = 1
+accounts = ["teama"]
+members = ["alice", "dave"]
+
+[budget.lab.teamb]
+share = 1
+accounts = ["teamb"]
+members = ["bob", "dave"]
+
+[budget.other]
+share = 1
+accounts = ["other"]
+members = ["carol"]
+"#;
+
+/// `sbatch` arguments for a job that sleeps `seconds`.
+pub fn sleep_job(seconds: u32) -> String {
+    format!("--wrap=sleep {seconds}")
 }
 
 pub fn text(o: &Output) -> String {
