@@ -28,7 +28,7 @@ max_wait=${2:-180}
 [[ $(id -u) -eq 0 ]] || { echo "bench-debug: run as root" >&2; exit 1; }
 
 scripts/install-deps.sh >/dev/null
-cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot -p allot-cli
 allot="$repo/target/release/allot"
 for u in vic lana rob sue; do id "$u" >/dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin "$u"; done
 

@@ -28,7 +28,7 @@ rounds=${1:-3}
 [[ $(id -u) -eq 0 ]] || { echo "bench: run as root" >&2; exit 1; }
 
 scripts/install-deps.sh >/dev/null
-cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot -p allot-cli
 allot="$repo/target/release/allot"
 
 DIR=/tmp/allot-bench-slurm

@@ -28,7 +28,7 @@ say() { printf '\ndemo: %s\n' "$*"; }
 
 say "installing dependencies and building allot (release)"
 scripts/install-deps.sh
-cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p allot-cli
+cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot -p allot-cli
 allot="$repo/target/release/allot"
 
 # The workload: seconds after the start, user (a member of conf/budgets.toml),
