@@ -61,8 +61,21 @@ fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
             c.sbatch(user, &["--gres=gpu:1", "--comment=min_runtime=10s", &sleep_job(1 + i % 3)]).unwrap()
         })
         .collect();
-    c.wait_for("all short jobs complete", secs(120), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    // And an array of five 1-second tasks: each task is a job of its own.
+    let array = c.sbatch("alice", &["--gres=gpu:1", "--array=0-4", "--comment=min_runtime=10s", &sleep_job(1)]).unwrap();
+    c.wait_for("all short jobs complete", secs(120), || {
+        let all = c.jobs();
+        jobs.iter().all(|&j| c.job(j).state() == "COMPLETED") && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).count() == 5 && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).all(|j| j.state() == "COMPLETED")
+    });
     let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+    let tasks: Vec<u32> = slurm.values().filter(|j| j.get("ArrayJobId") == array.to_string()).map(|j| j.id).collect();
+    assert_eq!(tasks.len(), 5);
+    let task_runs = wait_for_runs(&c, &tasks, 1);
+    for id in &tasks {
+        let (r, s) = (&task_runs[id], &slurm[id]);
+        assert_eq!(r.len(), 1, "array task {id}: {r:?}");
+        assert_eq!((r[0].run_start, r[0].run_end, r[0].leaf.as_deref()), (field_i64(s, "StartTime"), Some(field_i64(s, "EndTime")), Some("lab/teama")), "array task {id}");
+    }
     let runs = wait_for_runs(&c, &jobs, 1);
     for (i, &id) in jobs.iter().enumerate() {
         let r = &runs[&id];
