@@ -74,6 +74,14 @@ pub struct ClusterSettings {
     /// How far (in occupancy / allocation) a running job's allocation must be
     /// above a waiting job's before the waiting job may preempt it.
     pub preempt_margin: f64,
+    /// Within one leaf, a job of strictly higher declared priority may
+    /// preempt a job past its minimum runtime (`preempt_within_team`; see
+    /// [`crate::preempt`], rule 5).
+    pub preempt_within_team: bool,
+    /// Victims are offered smallest first (unallocated, then the fewest
+    /// GPUs, then the lowest-ranked leaf); off: by leaf rank alone
+    /// (`preempt_smallest_first`; see [`crate::preempt::victim_order`]).
+    pub preempt_smallest_first: bool,
 }
 
 impl Default for ClusterSettings {
@@ -85,6 +93,8 @@ impl Default for ClusterSettings {
             default_min_runtime: 3600,
             grace: 300,
             preempt_margin: 0.1,
+            preempt_within_team: true,
+            preempt_smallest_first: true,
         }
     }
 }
@@ -289,7 +299,8 @@ impl fmt::Display for BudgetErrors {
 impl std::error::Error for BudgetErrors {}
 
 const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
-const CLUSTER_FIELDS: [&str; 6] = ["gpus", "lookback", "min_runtime_cap", "default_min_runtime", "grace", "preempt_margin"];
+const CLUSTER_FIELDS: [&str; 8] =
+    ["gpus", "lookback", "min_runtime_cap", "default_min_runtime", "grace", "preempt_margin", "preempt_within_team", "preempt_smallest_first"];
 const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
 
 /// Maps byte offsets to 1-based line numbers.
@@ -378,6 +389,17 @@ impl Parser<'_> {
         }
     }
 
+    fn flag(&mut self, table: &Table, key: &str, default: bool) -> bool {
+        match table.get(key).map(|i| i.as_value().and_then(Value::as_bool)) {
+            None => default,
+            Some(Some(b)) => b,
+            Some(None) => {
+                self.error(Self::key_span(table, key), format!("cluster.{key}"), "must be true or false");
+                default
+            }
+        }
+    }
+
     fn settings(&mut self, table: &Table) -> ClusterSettings {
         let defaults = ClusterSettings::default();
         for (key, _) in table.iter() {
@@ -412,7 +434,10 @@ impl Parser<'_> {
                 defaults.preempt_margin
             }
         };
-        let settings = ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin };
+        let preempt_within_team = self.flag(table, "preempt_within_team", defaults.preempt_within_team);
+        let preempt_smallest_first = self.flag(table, "preempt_smallest_first", defaults.preempt_smallest_first);
+        let settings =
+            ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin, preempt_within_team, preempt_smallest_first };
         // The rules on the values themselves (a value that could not be read
         // has its error already, and the default in its place).
         if let Err(broken) = settings.validate() {
@@ -1178,6 +1203,13 @@ members = ["*"]
         // A default that is not given follows a lower cap.
         let t = BudgetTree::parse(&format!("[cluster]\nmin_runtime_cap = \"30m\"\n{budget}")).unwrap();
         assert_eq!(t.settings.default_min_runtime, 1800);
+        // The preemption switches: on unless the budget says, and only booleans.
+        assert!(t.settings.preempt_within_team && t.settings.preempt_smallest_first);
+        let t = BudgetTree::parse(&format!("[cluster]\npreempt_within_team = false\npreempt_smallest_first = false\n{budget}")).unwrap();
+        assert!(!t.settings.preempt_within_team && !t.settings.preempt_smallest_first);
+        let e = errors(&format!("[cluster]\npreempt_within_team = \"yes\"\n{budget}"));
+        let got: Vec<(Option<usize>, &str, &str)> = e.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
+        assert_eq!(got, vec![(Some(2), "cluster.preempt_within_team", "must be true or false")]);
     }
 
     #[test]
@@ -1190,6 +1222,7 @@ members = ["*"]
             default_min_runtime: 7200,
             grace: -1,
             preempt_margin: f64::NAN,
+            ..ClusterSettings::default()
         };
         let broken = bad.validate().unwrap_err();
         let fields: Vec<&str> = broken.iter().map(SettingsError::field).collect();

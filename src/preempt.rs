@@ -5,23 +5,52 @@
 //! 2. an unallocated running job may be preempted by any allocated job;
 //! 3. an allocated running job is protected until its minimum runtime has
 //!    elapsed (counted from the start of its current run);
-//! 4. after that, it is preempted only if its allocation is over-served
-//!    compared with the waiting job's by more than the **anti-thrash
-//!    margin**: at the level where their paths in the budget tree part, the
-//!    running side's ratio (occupancy / allocation) must exceed the waiting
-//!    side's by more than `preempt_margin` (default 0.1, a tenth of an
-//!    allocation). Jobs of the same leaf never preempt each other.
+//! 4. after that, a job of **another leaf** preempts it only if its
+//!    allocation is over-served compared with the waiting job's by more
+//!    than the **anti-thrash margin**: at the level where their paths in the
+//!    budget tree part, the running side's ratio (occupancy / allocation)
+//!    must exceed the waiting side's by more than `preempt_margin` (default
+//!    0.1, a tenth of an allocation);
+//! 5. a job of the **same leaf** preempts it only if the waiting job's
+//!    declared priority is strictly higher (low < normal < high) **and** the
+//!    waiting job declares a minimum runtime no longer than the running
+//!    job's (`preempt_within_team`, on by default; off: jobs of the same
+//!    leaf never preempt each other).
 //!
 //! Why a margin: two teams with equal shares trade places in the order as
 //! soon as one of them runs a little more. Without a margin each would
 //! preempt the other every time a minimum runtime ends. With it, the team
 //! that is running keeps its GPUs until it is a tenth of an allocation
 //! ahead, which over a 7-day window takes many hours of full use.
+//!
+//! Why rule 5: after its minimum runtime a job keeps running only while its
+//! allocation still puts it ahead of the waiting work. Inside one leaf that
+//! order is the declared priority, and the budget charged is the same
+//! either way: a team's high-priority debug job taking the GPUs of the same
+//! team's normal-priority training job past its minimum runtime is the team
+//! spending its own budget as it declared. Rule 5's anti-thrash part is
+//! stateless (only the two jobs and `now`, so a Slurm plugin asked about one
+//! pair with no history answers the same):
+//! - strictly higher priority: a job never takes the GPUs of a teammate of
+//!   its own or a higher priority, so two jobs of one leaf can never take
+//!   turns preempting each other (the victim can never preempt back);
+//! - no longer a guarantee than the victim's: the victim has run at least
+//!   its own minimum runtime, hence at least the preemptor's. A job is then
+//!   never preempted twice by its teammates within the minimum runtime of
+//!   the job that preempted it first (its next run is protected that long),
+//!   and a long-protected high-priority job cannot evict a teammate that
+//!   promised to yield sooner than it will.
+//!
+//! [`victim_order`] ranks the running jobs offered up for preemption (Slurm's
+//! preempt `PRIO`, lowest first) from each job alone, since Slurm asks it
+//! without naming the preemptor: unallocated jobs, then the jobs holding
+//! the fewest GPUs (a small preemptor takes a partial node's small job
+//! before a whole node's large one), then the lowest-ranked leaf.
 
 use std::fmt;
 
-use crate::budget::{LeafId, NodeId};
-use crate::contract::Contract;
+use crate::budget::{ClusterSettings, LeafId, NodeId};
+use crate::contract::{Contract, PriorityLevel};
 use crate::fairshare::Ranking;
 use crate::UnixTime;
 
@@ -70,6 +99,28 @@ impl WaitingJob {
     }
 }
 
+/// Which of the switchable rules apply: the budget's `[cluster]` settings
+/// `preempt_within_team` and `preempt_smallest_first`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PreemptRules {
+    /// Rule 5 of [`may_preempt`]: within a leaf, by declared priority.
+    pub within_team: bool,
+    /// [`victim_order`]: the fewest GPUs first (off: [`preemption_order`]).
+    pub smallest_first: bool,
+}
+
+impl Default for PreemptRules {
+    fn default() -> Self {
+        PreemptRules::from_settings(&ClusterSettings::default())
+    }
+}
+
+impl PreemptRules {
+    pub fn from_settings(s: &ClusterSettings) -> PreemptRules {
+        PreemptRules { within_team: s.preempt_within_team, smallest_first: s.preempt_smallest_first }
+    }
+}
+
 /// The outcome of [`may_preempt`], with the numbers behind it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PreemptDecision {
@@ -81,8 +132,17 @@ pub enum PreemptDecision {
     NoPreemptorUnallocated,
     /// The running job is inside its minimum runtime.
     NoProtected { until: UnixTime },
-    /// Both jobs charge the same leaf.
+    /// Both jobs charge the same leaf (and rule 5 is off, or the leaf is
+    /// unknown to the ranking).
     NoSameAllocation,
+    /// Same leaf: the waiting job declares a strictly higher priority and no
+    /// longer a minimum runtime than the running one, which is past its own.
+    YesHigherPriority { preemptee: PriorityLevel, preemptor: PriorityLevel },
+    /// Same leaf: the waiting job's declared priority is not strictly higher.
+    NoSameLeafNotHigher { preemptee: PriorityLevel, preemptor: PriorityLevel },
+    /// Same leaf: the waiting job declares a longer minimum runtime than the
+    /// running job did (rule 5's anti-thrash part).
+    NoSameLeafLongerGuarantee { preemptee_min_runtime: i64, preemptor_min_runtime: i64 },
     /// The running job's allocation is not far enough above the waiting one's.
     NoNotOutranked(Comparison),
 }
@@ -101,7 +161,7 @@ pub struct Comparison {
 
 impl PreemptDecision {
     pub fn allowed(&self) -> bool {
-        matches!(self, PreemptDecision::YesUnallocated | PreemptDecision::YesOutranked(_))
+        matches!(self, PreemptDecision::YesUnallocated | PreemptDecision::YesOutranked(_) | PreemptDecision::YesHigherPriority { .. })
     }
 }
 
@@ -117,6 +177,22 @@ impl fmt::Display for PreemptDecision {
             PreemptDecision::NoPreemptorUnallocated => write!(f, "an unallocated job (min_runtime=0) never preempts"),
             PreemptDecision::NoProtected { until } => write!(f, "the running job is inside its minimum runtime until {until}"),
             PreemptDecision::NoSameAllocation => write!(f, "both jobs charge the same budget"),
+            PreemptDecision::YesHigherPriority { preemptee, preemptor } => write!(
+                f,
+                "same budget: the waiting job declares priority {} above the running job's {}, and the running job is past its minimum runtime",
+                preemptor.as_str(),
+                preemptee.as_str()
+            ),
+            PreemptDecision::NoSameLeafNotHigher { preemptee, preemptor } => write!(
+                f,
+                "same budget: the waiting job's priority {} is not above the running job's {}",
+                preemptor.as_str(),
+                preemptee.as_str()
+            ),
+            PreemptDecision::NoSameLeafLongerGuarantee { preemptee_min_runtime, preemptor_min_runtime } => write!(
+                f,
+                "same budget: the waiting job declares a longer minimum runtime ({preemptor_min_runtime} s) than the running job's ({preemptee_min_runtime} s)"
+            ),
             PreemptDecision::NoNotOutranked(c) => write!(
                 f,
                 "its allocation has used {:.3} of its share, the waiting job's {:.3}: not more than the margin of {} apart",
@@ -126,8 +202,17 @@ impl fmt::Display for PreemptDecision {
     }
 }
 
-/// Whether `preemptor` may take `preemptee`'s GPUs at `now`.
+/// Whether `preemptor` may take `preemptee`'s GPUs at `now`, under the
+/// default rules ([`PreemptRules::default`]: rule 5 on). Callers that read a
+/// budget use [`may_preempt_with`] and the budget's settings.
 pub fn may_preempt(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime, ranking: &Ranking) -> PreemptDecision {
+    may_preempt_with(preemptee, preemptor, now, ranking, PreemptRules::default())
+}
+
+/// Whether `preemptor` may take `preemptee`'s GPUs at `now` (rules 1 to 5
+/// of the module's documentation; rule 5 only if `rules.within_team`). The
+/// answer depends on the two jobs, `now` and the ranking alone.
+pub fn may_preempt_with(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime, ranking: &Ranking, rules: PreemptRules) -> PreemptDecision {
     if !preemptor.is_allocated() {
         return PreemptDecision::NoPreemptorUnallocated;
     }
@@ -142,7 +227,23 @@ pub fn may_preempt(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime
     let (Some(victim), Some(waiting)) = (preemptee.leaf, preemptor.leaf) else {
         return PreemptDecision::NoSameAllocation;
     };
+    if victim == waiting {
+        return if rules.within_team { within_team(&preemptee.contract, &preemptor.contract) } else { PreemptDecision::NoSameAllocation };
+    }
     outranks(victim, waiting, ranking)
+}
+
+/// Rule 5 of [`may_preempt`] alone: may an allocated job with contract
+/// `waiting` take the GPUs of an allocated job of the same leaf with
+/// contract `victim` that is past its minimum runtime?
+pub fn within_team(victim: &Contract, waiting: &Contract) -> PreemptDecision {
+    if waiting.priority <= victim.priority {
+        return PreemptDecision::NoSameLeafNotHigher { preemptee: victim.priority, preemptor: waiting.priority };
+    }
+    if waiting.min_runtime > victim.min_runtime {
+        return PreemptDecision::NoSameLeafLongerGuarantee { preemptee_min_runtime: victim.min_runtime, preemptor_min_runtime: waiting.min_runtime };
+    }
+    PreemptDecision::YesHigherPriority { preemptee: victim.priority, preemptor: waiting.priority }
 }
 
 /// Rule 4 of [`may_preempt`] alone: may an allocated job of leaf `waiting`
@@ -186,6 +287,30 @@ pub fn preemption_order(job: &RunningJob, ranking: &Ranking) -> u32 {
     }
 }
 
+/// The order in which running jobs are offered up for preemption, lowest
+/// first (Slurm's preempt `PRIO`), from the job alone: `gpus` is what it
+/// holds. With `rules.smallest_first`: unallocated jobs, then allocated
+/// jobs; within each, the fewest GPUs first (on nodes of G GPUs, a job of
+/// fewer than G sits on a partial node: partial nodes go before whole
+/// ones), then the lowest-ranked leaf. Without: [`preemption_order`].
+///
+/// Why the smallest first: a preemptor needs only the GPUs it asked for;
+/// the work a kill loses (GPUs x time since the last checkpoint) grows with
+/// the victim's size, and a small waiting job (a debug job) that takes a
+/// small victim leaves the large jobs running. A large preemptor still gets
+/// what it needs: it takes victims in this order until it has enough, and
+/// a whole-node job takes whole nodes anyway.
+pub fn victim_order(job: &RunningJob, gpus: u32, ranking: &Ranking, rules: PreemptRules) -> u32 {
+    if !rules.smallest_first {
+        return preemption_order(job, ranking);
+    }
+    let leaves = ranking.leaves() as u32;
+    let rank = job.leaf.and_then(|l| ranking.leaf_rank.get(l as usize)).copied().unwrap_or(leaves);
+    let from_bottom = leaves.saturating_sub(rank).min(0xffff);
+    let size = gpus.min(0x7fff);
+    u32::from(job.is_allocated()) << 31 | size << 16 | from_bottom
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,12 +345,62 @@ mod tests {
         let b_running = RunningJob { leaf: Some(1), contract: contract(h), run_start: 0 };
         let a_waiting = WaitingJob { leaf: Some(0), contract: contract(h) };
         assert!(matches!(may_preempt(&b_running, &a_waiting, 100 * h, &r), PreemptDecision::NoNotOutranked(_)));
-        // Same leaf.
+        // Same leaf, same priority: never (rule 5 or not).
         let a_waiting_too = WaitingJob { leaf: Some(0), contract: contract(h) };
-        assert_eq!(may_preempt(&a_running, &a_waiting_too, 100 * h, &r), PreemptDecision::NoSameAllocation);
+        let off = PreemptRules { within_team: false, ..PreemptRules::default() };
+        assert_eq!(may_preempt_with(&a_running, &a_waiting_too, 100 * h, &r, off), PreemptDecision::NoSameAllocation);
+        assert!(matches!(may_preempt(&a_running, &a_waiting_too, 100 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
         // Within the margin: a 0.54, b 0.46.
         let close = Ranking::compute(&t, &[27 * h / 10, 23 * h / 10], 1, 100 * h);
         assert!(!may_preempt(&a_running, &b_waiting, 100 * h, &close).allowed());
+    }
+
+    #[test]
+    fn within_a_team_by_declared_priority() {
+        let t = tree();
+        let h = 3600;
+        let r = Ranking::compute(&t, &[h, h], 1, 100 * h);
+        let at = |m: i64, p: PriorityLevel| Contract { min_runtime: m, priority: p };
+        use PriorityLevel::*;
+        let training = RunningJob { leaf: Some(0), contract: at(2 * h, Normal), run_start: 97 * h };
+        let debug = WaitingJob { leaf: Some(0), contract: at(600, High) };
+        // Inside the victim's minimum runtime: no.
+        assert_eq!(may_preempt(&training, &debug, 98 * h, &r), PreemptDecision::NoProtected { until: 99 * h });
+        // Past it, strictly higher priority, shorter guarantee: yes.
+        assert_eq!(may_preempt(&training, &debug, 99 * h, &r), PreemptDecision::YesHigherPriority { preemptee: Normal, preemptor: High });
+        // Off: same leaf never.
+        let off = PreemptRules { within_team: false, smallest_first: true };
+        assert_eq!(may_preempt_with(&training, &debug, 99 * h, &r, off), PreemptDecision::NoSameAllocation);
+        // A longer guarantee than the victim's: no.
+        let long = WaitingJob { leaf: Some(0), contract: at(3 * h, High) };
+        assert!(matches!(may_preempt(&training, &long, 99 * h, &r), PreemptDecision::NoSameLeafLongerGuarantee { .. }));
+        // Equal or lower priority: no; and never the other way round.
+        for p in [Low, Normal] {
+            let w = WaitingJob { leaf: Some(0), contract: at(600, p) };
+            assert!(matches!(may_preempt(&training, &w, 99 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
+        }
+        let debug_running = RunningJob { leaf: Some(0), contract: at(600, High), run_start: 0 };
+        let training_waiting = WaitingJob { leaf: Some(0), contract: at(600, Normal) };
+        assert!(!may_preempt(&debug_running, &training_waiting, 99 * h, &r).allowed());
+        // Another leaf's high priority counts for nothing: rule 4 decides (equal use, within the margin).
+        let other = WaitingJob { leaf: Some(1), contract: at(600, High) };
+        assert!(matches!(may_preempt(&training, &other, 99 * h, &r), PreemptDecision::NoNotOutranked(_)));
+    }
+
+    #[test]
+    fn smallest_victims_first() {
+        let t = tree();
+        let r = Ranking::compute(&t, &[10, 0], 1, 0); // b ranks first
+        let rules = PreemptRules::default();
+        let job = |leaf, m| RunningJob { leaf: Some(leaf), contract: contract(m), run_start: 0 };
+        let free_big = victim_order(&job(1, 0), 64, &r, rules);
+        let one = victim_order(&job(1, 60), 1, &r, rules);
+        let node_a = victim_order(&job(0, 60), 8, &r, rules);
+        let node_b = victim_order(&job(1, 60), 8, &r, rules);
+        let whole = victim_order(&job(0, 60), 16, &r, rules);
+        assert!(free_big < one && one < node_a && node_a < node_b && node_b < whole, "{free_big} {one} {node_a} {node_b} {whole}");
+        let old = PreemptRules { smallest_first: false, ..rules };
+        assert_eq!(victim_order(&job(0, 60), 16, &r, old), preemption_order(&job(0, 60), &r));
     }
 
     #[test]
