@@ -28,7 +28,8 @@ readonly APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 --no-install-recommends)
 #   libslurm-dev          slurm/slurm.h, slurm_version.h and libslurm for bindgen
 #   libclang-dev          libclang, which bindgen loads to parse the headers
 #   build-essential       the C compiler the cc crate uses for the layout probe
-#                         and for the SQLite that rusqlite bundles (no pkg-config)
+#                         and for the SQLite that rusqlite bundles (no pkg-config),
+#                         and g++ for libFuzzer's C++ (libfuzzer-sys, scripts/fuzz.sh)
 #   dpkg-dev              dpkg-source, which `apt-get source` needs to unpack
 #   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
 #   coreutils             timeout/mknod (essential, listed so the check is explicit)

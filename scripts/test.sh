@@ -7,7 +7,8 @@
 #   3. runs every test: the policy core's unit and property tests, the
 #      ledger's (SQLite) tests, the CLI's, the simulator's, and the cluster
 #      tests, which bring up real 4-node Slurm clusters with the plugins
-#      loaded (tests/cluster.rs) and tear them down again.
+#      loaded (tests/cluster.rs) and tear them down again;
+#   4. fuzzes the parsers, about 10 seconds each (scripts/fuzz.sh --short).
 # Extra arguments go to `cargo test` (e.g. `scripts/test.sh -p allot`).
 # Needs a Rust toolchain (Rust >= 1.91): cargo on PATH or in ~/.cargo/bin.
 set -euo pipefail
@@ -35,6 +36,15 @@ echo "test: running the tests"
 # tests/cluster.rs the harness runs one cluster at a time regardless
 # (tests/support/mod.rs).
 cargo test --release --workspace --locked "$@" -- --test-threads=2
+
+# ---- fuzzing (short) ------------------------------------------------------
+# About 10 seconds of libFuzzer per target over fuzz/corpus/ (contract,
+# duration, budget, account mapping, workload CSV): catches a regression the
+# corpus already reaches. Fails on any crash or broken property. The
+# instrumented build is its own workspace (fuzz/); long runs: scripts/fuzz.sh.
+echo "test: fuzzing (short)"
+scripts/fuzz.sh --short
+# ---------------------------------------------------------------------------
 
 # Nothing of the test clusters may be left running. Their directories are
 # $TMPDIR/allot-test-NAME (tests/support/mod.rs), which every daemon's
