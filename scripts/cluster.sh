@@ -115,7 +115,9 @@ start_daemon() {
     # No job control in a script: the background child is not a process-group
     # leader, so setsid(1) calls setsid() and execs without forking and $! is
     # the daemon itself (checked by live_pid's command-name test).
-    setsid "$@" </dev/null >>"$LOGS/$name.stderr" 2>&1 &
+    # Each daemon runs in DIR/run, so a crash leaves its core file there
+    # (core_pattern "core"), where `down` and the tests look for it.
+    (cd "$DIR/run" && exec setsid "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
     local pid=$! deadline=$((SECONDS + 5))
     echo "$pid" >"$PIDS/$name.pid"
     # Until the exec has happened the child is still called bash or setsid;

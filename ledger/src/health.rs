@@ -28,14 +28,26 @@ pub enum Header {
 }
 
 /// Reads the first bytes of the file at `path`.
+///
+/// Not for a process that has the ledger open with SQLite: closing this
+/// descriptor drops every POSIX lock the process holds on the file (see
+/// `allot_slurm::snapshot`, which keeps its descriptors open instead).
 pub fn header(path: &Path) -> std::io::Result<Header> {
     let mut buf = Vec::with_capacity(SQLITE_HEADER.len());
     std::fs::File::open(path)?.take(SQLITE_HEADER.len() as u64).read_to_end(&mut buf)?;
-    Ok(match buf.as_slice() {
-        [] => Header::Empty,
-        b if b == SQLITE_HEADER => Header::Sqlite,
-        _ => Header::NotSqlite,
-    })
+    Ok(Header::of(&buf))
+}
+
+impl Header {
+    /// What a file that begins with `bytes` (its first 16 bytes, or all of
+    /// a shorter file) is.
+    pub fn of(bytes: &[u8]) -> Header {
+        match bytes {
+            [] => Header::Empty,
+            b if b.starts_with(SQLITE_HEADER) => Header::Sqlite,
+            _ => Header::NotSqlite,
+        }
+    }
 }
 
 /// Whether the file at `path` begins with SQLite's 16-byte header.

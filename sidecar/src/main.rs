@@ -97,6 +97,7 @@ fn main() -> ExitCode {
 /// `allot budget show | head` should end quietly when `head` exits, as
 /// other Unix tools do, instead of reporting a broken pipe. Rust ignores
 /// SIGPIPE by default; put back the default action.
+#[allow(unsafe_code)] // the CLI's one unsafe call; see sidecar/Cargo.toml
 fn restore_default_sigpipe() {
     use nix::sys::signal::{signal, SigHandler, Signal};
     // SAFETY: called first thing in main, before any other thread exists, and SIG_DFL installs no Rust code as a handler.

@@ -288,9 +288,18 @@ impl Drop for TestCluster {
         let down = Command::new(repo().join("scripts/cluster.sh"))
             .args(["down", self.dir.to_str().unwrap()])
             .output();
+        // A daemon that crashed left a core file in DIR/run (scripts/cluster.sh
+        // runs them there): the plugins must never crash slurmctld.
+        let cores: Vec<String> = std::fs::read_dir(self.dir.join("run"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("core")).collect())
+            .unwrap_or_default();
         match down {
             Ok(out) if out.status.success() => {
-                if !std::thread::panicking() {
+                if !cores.is_empty() {
+                    if !std::thread::panicking() {
+                        panic!("a daemon of test cluster {} crashed: {} in {} (kept for gdb)", self.name, cores.join(", "), self.dir.join("run").display());
+                    }
+                } else if !std::thread::panicking() {
                     let _ = std::fs::remove_dir_all(&self.dir);
                 }
             }

@@ -54,10 +54,10 @@ impl Plugin for PriorityAllot {
                 conf.ledger_path.display(),
                 conf.recompute_period.as_secs()
             );
-            if !allot_slurm::jobcomp_type().is_some_and(|t| t == "jobcomp/allot") {
+            let jobcomp = allot_slurm::jobcomp_type().unwrap_or_default();
+            if jobcomp != "jobcomp/allot" {
                 log::error!(
-                    "JobCompType is {:?}, not jobcomp/allot: runs are charged only as the recompute thread sees them, so runs shorter than RecomputePeriod can go uncharged",
-                    allot_slurm::jobcomp_type().unwrap_or_default()
+                    "JobCompType is {jobcomp:?}, not jobcomp/allot: runs are charged only as the recompute thread sees them, so runs shorter than RecomputePeriod can go uncharged"
                 );
             }
             let worker = Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone());

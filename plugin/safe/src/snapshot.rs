@@ -16,7 +16,7 @@ use std::time::Duration;
 use allot::budget::BudgetTree;
 use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
-use allot_ledger::health::{self, Header};
+use allot_ledger::health::Header;
 use allot_ledger::Ledger;
 use arc_swap::ArcSwapOption;
 
@@ -85,6 +85,35 @@ pub struct LedgerFile {
     generation: u64,
 }
 
+/// The first bytes of the file at `path`, read through a descriptor that
+/// stays open for the life of the process (one per file: a handful over
+/// slurmctld's life). SQLite holds POSIX advisory locks on the ledger, and
+/// closing any descriptor of a file drops all of the process's locks on it:
+/// another process could then take the ledger for unused, checkpoint and
+/// delete the write-ahead log under the plugins' connections, or truncate
+/// the shared-memory file they have mapped (slurmctld died of SIGBUS so).
+fn header_kept_open(path: &Path) -> std::io::Result<Header> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    static KEPT: Mutex<Vec<((u64, u64), std::fs::File)>> = Mutex::new(Vec::new());
+    let meta = std::fs::metadata(path)?;
+    let key = (meta.dev(), meta.ino());
+    let mut kept = KEPT.lock().unwrap_or_else(|p| p.into_inner());
+    let index = match kept.iter().position(|(k, _)| *k == key) {
+        Some(i) => i,
+        None => {
+            let file = std::fs::File::open(path)?;
+            let m = file.metadata()?;
+            // Filed under the inode actually opened (the path may have been
+            // replaced in between).
+            kept.push(((m.dev(), m.ino()), file));
+            kept.len() - 1
+        }
+    };
+    let mut buf = [0u8; 16];
+    let n = kept[index].1.read_at(&mut buf, 0)?;
+    Ok(Header::of(&buf[..n]))
+}
+
 /// SQLite's write-ahead log beside a database file.
 fn wal_path(path: &Path) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
@@ -121,7 +150,7 @@ impl LedgerFile {
         // A file overwritten in place keeps its inode: its first bytes tell.
         // (SQLite would go on using its cached pages and its WAL, and the
         // runs written meanwhile would be lost with the file.)
-        if let Ok(Header::NotSqlite) = health::header(&self.path) {
+        if let Ok(Header::NotSqlite) = header_kept_open(&self.path) {
             self.open = None;
             return Err(format!(
                 "{} is not a SQLite database any more (overwritten?); nothing is written to it. Move it aside with `allot ledger recover`: the runs kept in memory are then written to the new ledger",
