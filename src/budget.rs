@@ -82,6 +82,10 @@ pub struct ClusterSettings {
     /// GPUs, then the lowest-ranked leaf); off: by leaf rank alone
     /// (`preempt_smallest_first`; see [`crate::preempt::victim_order`]).
     pub preempt_smallest_first: bool,
+    /// Time between the preemption signal and the kill for a victim that
+    /// runs unallocated (`min_runtime=0`); never more than `grace` (see
+    /// [`crate::preempt::grace_for`]).
+    pub unallocated_grace: Seconds,
 }
 
 impl Default for ClusterSettings {
@@ -95,6 +99,7 @@ impl Default for ClusterSettings {
             preempt_margin: 0.1,
             preempt_within_team: true,
             preempt_smallest_first: true,
+            unallocated_grace: 0,
         }
     }
 }
@@ -112,7 +117,12 @@ impl ClusterSettings {
         if self.lookback <= 0 {
             broken.push(SettingsError::Lookback);
         }
-        for (field, value) in [("min_runtime_cap", self.min_runtime_cap), ("default_min_runtime", self.default_min_runtime), ("grace", self.grace)] {
+        for (field, value) in [
+            ("min_runtime_cap", self.min_runtime_cap),
+            ("default_min_runtime", self.default_min_runtime),
+            ("grace", self.grace),
+            ("unallocated_grace", self.unallocated_grace),
+        ] {
             if value < 0 {
                 broken.push(SettingsError::Negative { field, value });
             }
@@ -299,8 +309,17 @@ impl fmt::Display for BudgetErrors {
 impl std::error::Error for BudgetErrors {}
 
 const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
-const CLUSTER_FIELDS: [&str; 8] =
-    ["gpus", "lookback", "min_runtime_cap", "default_min_runtime", "grace", "preempt_margin", "preempt_within_team", "preempt_smallest_first"];
+const CLUSTER_FIELDS: [&str; 9] = [
+    "gpus",
+    "lookback",
+    "min_runtime_cap",
+    "default_min_runtime",
+    "grace",
+    "unallocated_grace",
+    "preempt_margin",
+    "preempt_within_team",
+    "preempt_smallest_first",
+];
 const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
 
 /// Maps byte offsets to 1-based line numbers.
@@ -425,6 +444,7 @@ impl Parser<'_> {
         // A default that is not given follows a lower cap.
         let default_min_runtime = self.duration(table, "default_min_runtime", defaults.default_min_runtime.min(min_runtime_cap));
         let grace = self.duration(table, "grace", defaults.grace);
+        let unallocated_grace = self.duration(table, "unallocated_grace", defaults.unallocated_grace);
         let number = |v: &Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
         let preempt_margin = match table.get("preempt_margin").map(|i| i.as_value().and_then(number)) {
             None => defaults.preempt_margin,
@@ -436,8 +456,17 @@ impl Parser<'_> {
         };
         let preempt_within_team = self.flag(table, "preempt_within_team", defaults.preempt_within_team);
         let preempt_smallest_first = self.flag(table, "preempt_smallest_first", defaults.preempt_smallest_first);
-        let settings =
-            ClusterSettings { gpus, lookback, min_runtime_cap, default_min_runtime, grace, preempt_margin, preempt_within_team, preempt_smallest_first };
+        let settings = ClusterSettings {
+            gpus,
+            lookback,
+            min_runtime_cap,
+            default_min_runtime,
+            grace,
+            preempt_margin,
+            preempt_within_team,
+            preempt_smallest_first,
+            unallocated_grace,
+        };
         // The rules on the values themselves (a value that could not be read
         // has its error already, and the default in its place).
         if let Err(broken) = settings.validate() {
@@ -1210,6 +1239,8 @@ members = ["*"]
         let e = errors(&format!("[cluster]\npreempt_within_team = \"yes\"\n{budget}"));
         let got: Vec<(Option<usize>, &str, &str)> = e.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
         assert_eq!(got, vec![(Some(2), "cluster.preempt_within_team", "must be true or false")]);
+        assert_eq!(BudgetTree::parse(&format!("[cluster]\nunallocated_grace = \"30s\"\n{budget}")).unwrap().settings.unallocated_grace, 30);
+        assert_eq!(errors(&format!("[cluster]\nunallocated_grace = \"-1m\"\n{budget}"))[0].field, "cluster.unallocated_grace");
     }
 
     #[test]

@@ -287,6 +287,24 @@ pub fn preemption_order(job: &RunningJob, ranking: &Ranking) -> u32 {
     }
 }
 
+/// Time from the preemption signal to the kill for `job` (Slurm's
+/// `GraceTime`, asked per victim): `unallocated_grace` (default 0) for an
+/// unallocated job, never more than `grace`; `grace` for every other job.
+///
+/// Why: an unallocated job was promised nothing, and it runs on GPUs that
+/// allocated work is waiting for. With the full grace time every small job
+/// that takes a free-running job's GPUs waits the grace time (5 minutes by
+/// default) for them, although the job it displaces would lose no more than
+/// its work since its last checkpoint.
+pub fn grace_for(job: &RunningJob, settings: &ClusterSettings) -> i64 {
+    let grace = settings.grace.max(0);
+    if job.is_allocated() {
+        grace
+    } else {
+        settings.unallocated_grace.clamp(0, grace)
+    }
+}
+
 /// The order in which running jobs are offered up for preemption, lowest
 /// first (Slurm's preempt `PRIO`), from the job alone: `gpus` is what it
 /// holds. With `rules.smallest_first`: unallocated jobs, then allocated
@@ -385,6 +403,19 @@ mod tests {
         // Another leaf's high priority counts for nothing: rule 4 decides (equal use, within the margin).
         let other = WaitingJob { leaf: Some(1), contract: at(600, High) };
         assert!(matches!(may_preempt(&training, &other, 99 * h, &r), PreemptDecision::NoNotOutranked(_)));
+    }
+
+    #[test]
+    fn unallocated_victims_get_their_own_grace() {
+        let mut s = ClusterSettings::default();
+        let free = RunningJob { leaf: Some(0), contract: contract(0), run_start: 0 };
+        let paid = RunningJob { leaf: Some(0), contract: contract(60), run_start: 0 };
+        let outside = RunningJob { leaf: None, contract: contract(60), run_start: 0 };
+        assert_eq!((grace_for(&free, &s), grace_for(&paid, &s), grace_for(&outside, &s)), (0, 300, 0));
+        s.unallocated_grace = 60;
+        assert_eq!(grace_for(&free, &s), 60);
+        s.unallocated_grace = 900; // never more than the grace time
+        assert_eq!(grace_for(&free, &s), 300);
     }
 
     #[test]

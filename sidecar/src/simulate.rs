@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
 use allot::duration::{format_duration, parse_duration};
-use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
+use allot_sim::generate::{debug_scenario, derive, scenario, DebugParams, DeriveParams, ScenarioParams, DEBUG_VARIANTS};
 use allot_sim::{metrics, plot, prepare, simulate, ClusterSpec, Config, PolicyKind, Workload};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -41,6 +41,9 @@ enum GenerateCommand {
     /// Bursty, seasonal demand per team at a multiple of capacity: debug jobs,
     /// single- and multi-node training, free sweeps, squatting sessions.
     Scenario(ScenarioArgs),
+    /// Debug jobs under overload (sim/README.md): whole-node training at a
+    /// multiple of capacity from every team, small short debug jobs, free fillers.
+    Debug(DebugArgs),
     /// Fill in a trace's missing columns (user, min_runtime_s, resumable,
     /// priority, kind) by the seeded rule of sim/README.md; optionally replicate it.
     Trace(TraceArgs),
@@ -74,6 +77,27 @@ struct ScenarioArgs {
     #[arg(long, short)]
     out: PathBuf,
     /// Where to write the matching budget TOML.
+    #[arg(long)]
+    budgets_out: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct DebugArgs {
+    /// base, load3, unequal, bursty, pinned or undeclared (see sim/README.md).
+    #[arg(long, default_value = "base")]
+    variant: String,
+    /// Cluster, NODESxGPUS.
+    #[arg(long, value_parser = cluster, default_value = "32x8")]
+    cluster: ClusterSpec,
+    #[arg(long, default_value_t = 14.0)]
+    days: f64,
+    /// Training GPU-time wanted over the cluster's (default: the variant's).
+    #[arg(long)]
+    load: Option<f64>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, short)]
+    out: PathBuf,
     #[arg(long)]
     budgets_out: Option<PathBuf>,
 }
@@ -126,9 +150,18 @@ struct RunArgs {
     /// Time from the preemption signal to the kill (budget default 5m).
     #[arg(long, value_parser = duration)]
     grace: Option<i64>,
+    /// Grace time of an unallocated (min_runtime=0) victim, at most --grace (budget default 0).
+    #[arg(long, value_parser = duration)]
+    unallocated_grace: Option<i64>,
     /// Anti-thrash margin of allot's preemption (budget default 0.1).
     #[arg(long)]
     preempt_margin: Option<f64>,
+    /// Preemption within a team by declared priority past the victim's minimum runtime (budget default true).
+    #[arg(long)]
+    preempt_within_team: Option<bool>,
+    /// Offer victims smallest first: unallocated, then fewest GPUs (budget default true; false: by leaf rank).
+    #[arg(long)]
+    preempt_smallest_first: Option<bool>,
     /// Resumable jobs checkpoint this often and lose the work since the last checkpoint when killed; 0: they checkpoint in their grace time and lose nothing.
     #[arg(long, value_parser = duration, default_value = "30m")]
     checkpoint_interval: i64,
@@ -190,6 +223,7 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         Some(SimulateCommand::Generate { what: GenerateCommand::Scenario(a) }) => generate_scenario(a),
         Some(SimulateCommand::Generate { what: GenerateCommand::Trace(a) }) => generate_trace(a),
+        Some(SimulateCommand::Generate { what: GenerateCommand::Debug(a) }) => generate_debug(a),
         None => run_simulation(*args.run),
     }
 }
@@ -204,6 +238,27 @@ fn generate_scenario(a: ScenarioArgs) -> anyhow::Result<ExitCode> {
         bail!("--days must be in (0, 3650], --load in (0, 100], --teams in 1..=1000");
     }
     let s = scenario(&ScenarioParams { cluster: a.cluster, days: a.days, teams: a.teams, load: a.load, seed: a.seed });
+    write_workload(&s.workload, &a.out)?;
+    if let Some(b) = &a.budgets_out {
+        fs::write(b, &s.budget_toml).with_context(|| format!("cannot write {}", b.display()))?;
+    }
+    eprintln!("wrote {} jobs of {} teams to {}", s.workload.jobs.len(), s.workload.teams.len(), a.out.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
+    let Some(mut p) = DebugParams::variant(&a.variant, a.seed) else {
+        bail!("unknown variant '{}': use one of {}", a.variant, DEBUG_VARIANTS.join(", "));
+    };
+    if !(a.days > 0.0 && a.days <= 3650.0) || a.load.is_some_and(|l| !(l > 0.0 && l <= 100.0)) {
+        bail!("--days must be in (0, 3650], --load in (0, 100]");
+    }
+    p.cluster = a.cluster;
+    p.days = a.days;
+    if let Some(l) = a.load {
+        p.load = l;
+    }
+    let s = debug_scenario(&p);
     write_workload(&s.workload, &a.out)?;
     if let Some(b) = &a.budgets_out {
         fs::write(b, &s.budget_toml).with_context(|| format!("cannot write {}", b.display()))?;
@@ -332,7 +387,10 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "min_runtime_cap_s": tree.settings.min_runtime_cap,
                 "default_min_runtime_s": tree.settings.default_min_runtime,
                 "grace_s": tree.settings.grace,
+                "unallocated_grace_s": tree.settings.unallocated_grace,
                 "preempt_margin": tree.settings.preempt_margin,
+                "preempt_within_team": tree.settings.preempt_within_team,
+                "preempt_smallest_first": tree.settings.preempt_smallest_first,
                 "checkpoint_interval_s": a.checkpoint_interval,
                 "requeue_delay_s": a.requeue_delay,
                 "baseline_limit_factor": a.baseline_limit_factor,
@@ -396,9 +454,19 @@ fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bo
         s.grace = v;
         given.push(("grace", duration("--grace", v)));
     }
+    if let Some(v) = a.unallocated_grace {
+        s.unallocated_grace = v;
+        given.push(("unallocated_grace", duration("--unallocated-grace", v)));
+    }
     if let Some(v) = a.preempt_margin {
         s.preempt_margin = v;
         given.push(("preempt_margin", format!("--preempt-margin {v}")));
+    }
+    if let Some(v) = a.preempt_within_team {
+        s.preempt_within_team = v;
+    }
+    if let Some(v) = a.preempt_smallest_first {
+        s.preempt_smallest_first = v;
     }
     let Err(broken) = s.validate() else { return Ok(()) };
     let messages: Vec<String> = broken

@@ -165,10 +165,15 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
                     workload.jobs[r.job as usize].job_id, r.start
                 ));
             }
-            if signal > r.end || r.end - signal > cfg.tree.settings.grace.max(0) {
+            // Allot: the policy core's grace for this victim; baseline: one for all.
+            let grace = match cfg.policy {
+                PolicyKind::Allot => allot::preempt::grace_for(&RunningJob { leaf: prepared.leaf[r.job as usize], contract, run_start: r.start }, &cfg.tree.settings),
+                PolicyKind::Baseline => cfg.tree.settings.grace.max(0),
+            };
+            if signal > r.end || r.end - signal > grace {
                 bad.push(format!(
-                    "job {} signalled at {signal} but killed at {}: the grace time is {}",
-                    workload.jobs[r.job as usize].job_id, r.end, cfg.tree.settings.grace
+                    "job {} signalled at {signal} but killed at {}: the grace time is {grace}",
+                    workload.jobs[r.job as usize].job_id, r.end
                 ));
             }
         }

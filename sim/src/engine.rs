@@ -39,7 +39,7 @@ use allot::fairshare::Ranking;
 use allot::occupancy::OccupancyWindow;
 use allot::order::{order_jobs, PendingJob};
 use allot::budget::LeafId;
-use allot::preempt::{may_preempt, outranks, preemption_order, RunningJob, WaitingJob};
+use allot::preempt::{grace_for, may_preempt_with, outranks, victim_order, within_team, PreemptRules, RunningJob, WaitingJob};
 use serde::Serialize;
 
 use crate::cluster::{Buckets, ClusterSpec, Nodes};
@@ -165,6 +165,8 @@ pub struct Run {
     pub ended: RunEnd,
     /// Seconds of this run's work lost (not checkpointed, or cancelled).
     pub lost: i64,
+    /// Preempted: the job (index into the workload) that took its GPUs.
+    pub preempted_by: Option<u32>,
 }
 
 /// Where a job ended up.
@@ -339,6 +341,8 @@ struct PreemptPlan {
 
 pub(crate) struct Engine<'a> {
     cfg: &'a Config,
+    /// Allot's switchable preemption rules, from the budget's settings.
+    rules: PreemptRules,
     workload: &'a Workload,
     /// Handed on to the outcome.
     prepared: Prepared,
@@ -378,8 +382,10 @@ pub(crate) struct Engine<'a> {
     /// Per job: the circumstances of its last failed preemption search.
     failed_search: Vec<Option<SearchKey>>,
     /// Per leaf: (pass, smallest job of the leaf that found no room by
-    /// preemption in that pass).
-    leaf_fail: Vec<(u64, u32)>,
+    /// preemption in that pass, its priority and minimum runtime: with
+    /// preemption within a team, a job of lower priority or a longer
+    /// minimum runtime may take fewer of its teammates' GPUs, never more).
+    leaf_fail: Vec<(u64, u32, PriorityLevel, i64)>,
     /// Per waiting leaf: the leaves whose unprotected runs it may take (this pass).
     allowed_list: Vec<Vec<u32>>,
     backfill_pending: bool,
@@ -469,10 +475,11 @@ impl<'a> Engine<'a> {
         };
         Engine {
             cfg,
+            rules: PreemptRules::from_settings(&cfg.tree.settings),
             workload,
             prepared,
             failed_search: vec![None; jobs.len()],
-            leaf_fail: vec![(u64::MAX, 0); leaves],
+            leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0); leaves],
             allowed_list: vec![Vec::new(); leaves],
             jobs,
             nodes: Nodes::new(cfg.cluster),
@@ -815,7 +822,8 @@ impl<'a> Engine<'a> {
             PolicyKind::Baseline if allocated => i64::MAX,
             PolicyKind::Baseline => start,
         };
-        self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost });
+        let preempted_by = if matches!(ended, RunEnd::Preempted { .. }) { claim_for } else { None };
+        self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost, preempted_by });
         self.growth += 1;
     }
 
@@ -1028,11 +1036,14 @@ impl<'a> Engine<'a> {
         let head = *self.groups[g].iter().next()?;
         let mut bound = st.min_fail;
         if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
-            let (victims, _) = self.victim_gpus(head, ranking);
-            let mut room = (self.nodes.free_total() + victims).saturating_add(1);
-            if self.cfg.policy == PolicyKind::Allot {
+            // The group's jobs share leaf and priority, not minimum runtimes:
+            // bound their teammates' GPUs by the most any of them may take.
+            let (victims, _) = self.cross_victim_gpus(head, ranking);
+            let same = self.same_leaf_gpus(head, true);
+            let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
+            if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
                 // A smaller job of this leaf found no room this pass.
-                let (stamp, fail_at) = self.leaf_fail[self.jobs[head as usize].leaf as usize];
+                let (stamp, fail_at, ..) = self.leaf_fail[self.jobs[head as usize].leaf as usize];
                 if stamp == self.passes {
                     room = room.min(fail_at);
                 }
@@ -1139,17 +1150,26 @@ impl<'a> Engine<'a> {
             return false;
         }
         match ranking {
-            Some(r) => may_preempt(&self.running_view(v), &self.waiting_view(j), now, r).allowed(),
+            Some(r) => may_preempt_with(&self.running_view(v), &self.waiting_view(j), now, r, self.rules).allowed(),
             None => !victim.contract.is_allocated(),
         }
     }
 
     /// The same answer from the books, for the search: free for all, or
     /// unprotected in a leaf whose jobs `j`'s leaf may take (row `w` of
-    /// `allowed`, filled by `victim_gpus` this pass).
-    fn is_victim_by_books(&self, v: u32, w: usize) -> bool {
+    /// `allowed`, filled by `victim_gpus` this pass), or unprotected in
+    /// `j`'s own leaf with a contract rule 5 lets `j` take.
+    fn is_victim_by_books(&self, v: u32, j: u32) -> bool {
         let victim = &self.jobs[v as usize];
-        victim.status == Status::Running && (!victim.contract.is_allocated() || (victim.unprotected && self.allowed[w * self.leaves + victim.leaf as usize]))
+        let w = self.jobs[j as usize].leaf as usize;
+        victim.status == Status::Running
+            && (!victim.contract.is_allocated()
+                || (victim.unprotected
+                    && if victim.leaf as usize == w {
+                        self.same_leaf_possible(j) && within_team(&victim.contract, &self.jobs[j as usize].contract).allowed()
+                    } else {
+                        self.allowed[w * self.leaves + victim.leaf as usize]
+                    }))
     }
 
     /// Victim order, lowest first: the policy's `preemption_order`, then
@@ -1157,7 +1177,7 @@ impl<'a> Engine<'a> {
     fn victim_key(&self, v: u32, ranking: Option<&Ranking>) -> (u32, i64, u32) {
         let job = &self.jobs[v as usize];
         let order = match ranking {
-            Some(r) => preemption_order(&self.running_view(v), r),
+            Some(r) => victim_order(&self.running_view(v), job.held, r, self.rules),
             // Baseline: low priority first, when levels are in use.
             None if self.cfg.baseline_priority_levels => job.contract.priority as u32,
             None => 0,
@@ -1172,6 +1192,12 @@ impl<'a> Engine<'a> {
     /// `allot::preempt::outranks` lets `j`'s leaf preempt (`check_policy`
     /// verifies the choice against `may_preempt` for every running job).
     fn victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
+        let (gpus, sig) = self.cross_victim_gpus(j, ranking);
+        (gpus + self.same_leaf_gpus(j, false), sig)
+    }
+
+    /// [`Self::victim_gpus`] without `j`'s own leaf.
+    fn cross_victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
         let Some(r) = ranking else { return (self.free_for_all_gpus, 0) };
         let w = self.jobs[j as usize].leaf as usize;
         if self.victim_gpus_cache[w].0 == self.passes {
@@ -1201,16 +1227,50 @@ impl<'a> Engine<'a> {
         (gpus, sig)
     }
 
-    /// GPUs of `j`'s possible victims on node `n`, from the books.
-    fn reclaimable_on(&self, n: u32, w: usize) -> u32 {
+    /// GPUs of `j`'s possible victims on node `n`, from the books (an
+    /// upper bound with `same`: every unprotected run of `j`'s own leaf).
+    fn reclaimable_on(&self, n: u32, w: usize, same: bool) -> u32 {
         let mut r = self.ffa_on[n as usize];
         if self.unprot_on_total[n as usize] > 0 {
             let base = n as usize * self.leaves;
             for &v in &self.allowed_list[w] {
                 r += self.unprot_on[base + v as usize];
             }
+            if same {
+                r += self.unprot_on[base + w];
+            }
         }
         r
+    }
+
+    /// Allot with preemption within a team: `j` may take GPUs of some
+    /// unprotected runs of its own leaf (a priority above low is needed).
+    fn same_leaf_possible(&self, j: u32) -> bool {
+        let job = &self.jobs[j as usize];
+        self.cfg.policy == PolicyKind::Allot
+            && self.rules.within_team
+            && job.contract.is_allocated()
+            && job.contract.priority > PriorityLevel::Low
+            && !self.unprotected[job.leaf as usize].is_empty()
+    }
+
+    /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
+    /// (rule 5, `allot::preempt::within_team`). `any_guarantee`: ignoring
+    /// the minimum-runtime part, for a bound over every job of `j`'s group.
+    fn same_leaf_gpus(&self, j: u32, any_guarantee: bool) -> u32 {
+        if !self.same_leaf_possible(j) {
+            return 0;
+        }
+        let job = &self.jobs[j as usize];
+        let mut waiting = job.contract;
+        if any_guarantee {
+            waiting.min_runtime = 0;
+        }
+        self.unprotected[job.leaf as usize]
+            .iter()
+            .filter(|&&v| within_team(&self.jobs[v as usize].contract, &waiting).allowed())
+            .map(|&v| self.jobs[v as usize].held)
+            .sum()
     }
 
     /// Finds nodes and victims that make room for `j`, or `None`.
@@ -1234,26 +1294,28 @@ impl<'a> Engine<'a> {
         if self.failed_search[j as usize] == Some(key) {
             return None; // nothing that could help has changed since the last search failed
         }
-        // Room only shrinks during a pass: a smaller job of the same leaf found none.
-        let (stamp, fail_at) = self.leaf_fail[w];
-        if stamp == self.passes && held >= fail_at {
+        // Room only shrinks during a pass: a smaller job of the same leaf,
+        // with no fewer possible victims, found none.
+        let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
+        let (stamp, fail_at, fail_prio, fail_minrt) = self.leaf_fail[w];
+        if stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) {
             return None;
         }
         let fail = |this: &mut Self| {
             this.failed_search[j as usize] = Some(key);
             let passes = this.passes;
             let e = &mut this.leaf_fail[w];
-            if e.0 != passes {
-                *e = (passes, u32::MAX);
+            if e.0 != passes || held < e.1 {
+                *e = (passes, held, prio, minrt);
             }
-            e.1 = e.1.min(held);
         };
+        let same = self.same_leaf_possible(j);
         // Nodes where free GPUs and this job's possible victims make room.
         let mut candidates: Vec<u32> = Vec::new();
         for ub in need..=g {
             for n in self.reclaim.with_value(ub) {
                 let free = self.nodes.free_on(n);
-                if free < need && free + self.reclaimable_on(n, w) >= need {
+                if free < need && free + self.reclaimable_on(n, w, same) >= need {
                     candidates.push(n);
                 }
             }
@@ -1271,7 +1333,7 @@ impl<'a> Engine<'a> {
             victims.clear();
             let mut blocked = false;
             for &v in &self.on_node[n as usize] {
-                if self.is_victim_by_books(v, w) {
+                if self.is_victim_by_books(v, j) {
                     victims.push((self.victim_key(v, ranking), v));
                 } else if whole {
                     blocked = true; // a whole node is needed and this job stays
@@ -1359,16 +1421,25 @@ impl<'a> Engine<'a> {
                 detail.join("\n")
             );
         }
-        let w = self.jobs[j as usize].leaf as usize;
         for v in 0..self.jobs.len() as u32 {
             if ranking.is_some() && self.jobs[v as usize].status == Status::Running {
-                assert_eq!(self.is_victim_by_books(v, w), self.is_victim(v, j, now, ranking), "books and policy disagree on job {v} as a victim of job {j}");
+                assert_eq!(self.is_victim_by_books(v, j), self.is_victim(v, j, now, ranking), "books and policy disagree on job {v} as a victim of job {j}");
             }
         }
     }
 
+    /// A victim's grace time: allot's `grace_for` (unallocated runs get
+    /// `unallocated_grace`); baseline: the one grace time for all.
+    fn grace_of(&self, v: u32) -> i64 {
+        match self.cfg.policy {
+            PolicyKind::Allot => grace_for(&self.running_view(v), &self.cfg.tree.settings),
+            PolicyKind::Baseline => self.cfg.tree.settings.grace.max(0),
+        }
+    }
+
     fn execute_preemption(&mut self, j: u32, now: i64, plan: PreemptPlan) {
-        let grace = self.cfg.tree.settings.grace.max(0);
+        // The preemptor starts when the last of its victims is gone.
+        let grace = plan.victims.iter().map(|&v| self.grace_of(v)).max().unwrap_or(0);
         self.dequeue(j);
         let mut alloc = Vec::new();
         let mut owed = Vec::new();
@@ -1397,6 +1468,7 @@ impl<'a> Engine<'a> {
         let expected_end = start_at + self.remaining(j);
         self.set_release(j, expected_end);
         for &v in &plan.victims {
+            let grace = self.grace_of(v);
             self.drop_victim_books(v);
             let victim = &mut self.jobs[v as usize];
             victim.status = Status::Grace;

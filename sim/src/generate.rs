@@ -235,6 +235,151 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
     Scenario { workload, budget_toml: toml }
 }
 
+/// The debug-under-overload class (issue 10): large resumable training
+/// jobs at a multiple of capacity from every team, a steady trickle of
+/// small short debug jobs, and free fillers. See sim/README.md.
+#[derive(Debug, Clone)]
+pub struct DebugParams {
+    pub cluster: ClusterSpec,
+    pub days: f64,
+    /// Budget shares, one team per entry.
+    pub shares: Vec<u32>,
+    /// Training GPU-time wanted over the cluster's (2.5: two and a half times capacity).
+    pub load: f64,
+    pub debug_per_team: u32,
+    pub fillers_per_team: u32,
+    /// Priority the debug jobs declare (`normal`: none declared).
+    pub debug_priority: PriorityLevel,
+    /// Teams whose training arrives in bursts: a third of the days, at three
+    /// times the rate (the same total).
+    pub bursty_teams: u32,
+    /// Teams whose training jobs are never past their minimum runtime (it
+    /// is their whole runtime, 4 to 8 h): their debug jobs have no teammate
+    /// to preempt.
+    pub pinned_teams: u32,
+    pub seed: u64,
+}
+
+/// The variants of the debug scenario, by name.
+pub const DEBUG_VARIANTS: [&str; 6] = ["base", "load3", "unequal", "bursty", "pinned", "undeclared"];
+
+impl DebugParams {
+    /// `base`: 32x8, 14 days, 6 equal teams, training at 2.5x capacity, 300
+    /// debug jobs and 100 fillers per team, debug jobs at priority high.
+    pub fn base(seed: u64) -> DebugParams {
+        DebugParams {
+            cluster: ClusterSpec { nodes: 32, gpus_per_node: 8 },
+            days: 14.0,
+            shares: vec![1; 6],
+            load: 2.5,
+            debug_per_team: 300,
+            fillers_per_team: 100,
+            debug_priority: PriorityLevel::High,
+            bursty_teams: 0,
+            pinned_teams: 0,
+            seed,
+        }
+    }
+
+    /// A variant of [`Self::base`] by name (see [`DEBUG_VARIANTS`]).
+    pub fn variant(name: &str, seed: u64) -> Option<DebugParams> {
+        let b = DebugParams::base(seed);
+        Some(match name {
+            "base" => b,
+            "load3" => DebugParams { load: 3.0, ..b },
+            "unequal" => DebugParams { shares: vec![1, 1, 2, 2, 4, 6], ..b },
+            "bursty" => DebugParams { bursty_teams: 3, ..b },
+            "pinned" => DebugParams { pinned_teams: 1, ..b },
+            "undeclared" => DebugParams { debug_priority: PriorityLevel::Normal, ..b },
+            _ => return None,
+        })
+    }
+}
+
+/// Generates the debug-under-overload scenario and its (flat) budget.
+/// Per team, by share of the training load:
+/// - `training`: 2 to 8 whole nodes (16-64 GPUs on 8-GPU nodes), runtime
+///   4 to 24 h (uniform), minimum runtime 2, 4, 6 or 8 h, resumable,
+///   priority normal; Poisson arrivals over the span (bursty teams: in
+///   bursts, see [`DebugParams::bursty_teams`]);
+/// - `debug`: `debug_per_team`, 1 GPU (70%) or 2, runtime 5 to 15 min,
+///   minimum runtime 10 min, not resumable, priority `debug_priority`,
+///   uniform over the span;
+/// - `filler`: `fillers_per_team`, unallocated (`min_runtime=0`), 1 to 8
+///   GPUs, runtime 1 to 12 h, resumable, priority low, uniform over the span.
+pub fn debug_scenario(p: &DebugParams) -> Scenario {
+    let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
+    let span = (p.days * DAY as f64).round() as i64;
+    let teams = p.shares.len().max(1);
+    let g = p.cluster.gpus_per_node;
+    let names: Vec<String> = (0..teams).map(|t| format!("team{:02}", t + 1)).collect();
+    let total_share: u32 = p.shares.iter().sum::<u32>().max(1);
+    let kinds: Vec<String> = ["debug", "filler", "training"].iter().map(|k| k.to_string()).collect();
+    let mut jobs = Vec::new();
+    let push = |jobs: &mut Vec<Job>, rng: &mut ChaCha8Rng, t: usize, submit: i64, gpus: u32, runtime: i64, min_runtime: i64, resumable: bool, priority: PriorityLevel, kind: u32| {
+        let user = format!("{}-u{}", names[t], zipf_user(rng, 4));
+        jobs.push(Job { job_id: 0, submit, gpus, runtime, team: t as u32, user: Some(user), min_runtime: Some(min_runtime), resumable, priority, kind });
+    };
+    // Mean GPU-seconds of a training job (uniform nodes 2..=8 x uniform 4..24 h).
+    let mean_training = 5.0 * g as f64 * 14.0 * HOUR as f64;
+    for t in 0..teams {
+        let share = p.shares.get(t).copied().unwrap_or(1) as f64 / total_share as f64;
+        let wanted = p.load * p.cluster.capacity() as f64 * span as f64 * share;
+        let n = (wanted / mean_training).round() as u32;
+        let pinned = (t as u32) < p.pinned_teams;
+        let bursty = !pinned && (t as u32) >= p.pinned_teams && ((t - p.pinned_teams as usize) as u32) < p.bursty_teams;
+        // Bursty: two-day bursts covering a third of the span, at random.
+        let bursts: Vec<i64> = if bursty {
+            let k = ((span as f64 / 3.0) / (2.0 * DAY as f64)).ceil().max(1.0) as usize;
+            (0..k).map(|_| rng.gen_range(0..(span - 2 * DAY).max(1))).collect()
+        } else {
+            Vec::new()
+        };
+        for _ in 0..n {
+            let submit = if bursty {
+                bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..2 * DAY)
+            } else {
+                rng.gen_range(0..span)
+            };
+            let nodes = rng.gen_range(2..=8u32);
+            let (runtime, min_runtime) = if pinned {
+                let r = rng.gen_range(4 * HOUR..=8 * HOUR);
+                (r, r)
+            } else {
+                (rng.gen_range(4 * HOUR..=24 * HOUR), pick(&mut rng, &[(1.0, 2 * HOUR), (1.0, 4 * HOUR), (1.0, 6 * HOUR), (1.0, 8 * HOUR)]))
+            };
+            push(&mut jobs, &mut rng, t, submit, nodes * g, runtime, min_runtime, true, PriorityLevel::Normal, 2);
+        }
+        for _ in 0..p.debug_per_team {
+            let submit = rng.gen_range(0..span);
+            let gpus = pick(&mut rng, &[(0.7, 1), (0.3, 2)]).min(g);
+            let runtime = rng.gen_range(5 * MINUTE..=15 * MINUTE);
+            push(&mut jobs, &mut rng, t, submit, gpus, runtime, 10 * MINUTE, false, p.debug_priority, 0);
+        }
+        for _ in 0..p.fillers_per_team {
+            let submit = rng.gen_range(0..span);
+            let gpus = rng.gen_range(1..=g);
+            let runtime = rng.gen_range(HOUR..=12 * HOUR);
+            push(&mut jobs, &mut rng, t, submit, gpus, runtime, 0, true, PriorityLevel::Low, 1);
+        }
+    }
+    jobs.sort_by_key(|j| (j.submit, j.team, j.kind, j.gpus, j.runtime));
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.job_id = i as u32;
+    }
+    let workload = Workload::from_parts(jobs, names.clone(), kinds);
+    let mut toml = format!(
+        "# Generated by `allot simulate generate debug` (seed {}, {} teams, {} days, training load {}, cluster {}).\n",
+        p.seed, teams, p.days, p.load, p.cluster
+    );
+    toml.push_str("[cluster]\nlookback = \"7d\"\nmin_runtime_cap = \"8h\"\ndefault_min_runtime = \"1h\"\ngrace = \"5m\"\npreempt_margin = 0.1\n");
+    toml.push_str(&format!("gpus = {}\n\n[budget]\n", p.cluster.capacity()));
+    for t in 0..teams {
+        toml.push_str(&format!("\n[budget.{}]\nshare = {}\naccounts = [\"{}\"]\n", names[t], p.shares.get(t).copied().unwrap_or(1), names[t]));
+    }
+    Scenario { workload, budget_toml: toml }
+}
+
 /// User 1..=n, user k with weight 1/k: a few users submit most jobs.
 fn zipf_user(rng: &mut ChaCha8Rng, n: u32) -> u32 {
     let table: Vec<(f64, u32)> = (1..=n).map(|k| (1.0 / k as f64, k)).collect();

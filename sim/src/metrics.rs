@@ -59,6 +59,8 @@ pub struct TeamStats {
     pub charged_gpu_hours: f64,
     pub wait_p50_s: i64,
     pub wait_p90_s: i64,
+    /// The same as the report's `by_kind`, for this team's jobs.
+    pub by_kind: BTreeMap<String, WaitStats>,
 }
 
 /// The whole report of one policy on one workload.
@@ -81,6 +83,15 @@ pub struct Report {
     pub by_kind: BTreeMap<String, WaitStats>,
     pub preemptions: usize,
     pub gpu_hours_lost_to_preemption: f64,
+    /// Preemptions whose victim ran unallocated (`min_runtime=0`).
+    pub preemptions_of_unallocated: usize,
+    /// Preemptions of an allocated job by a job of the same budget leaf.
+    pub preemptions_within_team: usize,
+    /// Preemptions that are ping-pong: the victim had itself preempted the
+    /// job now preempting it, or the victim was preempted before, less than
+    /// the minimum runtime of the job that preempted it then (signal to
+    /// signal). See [`ping_pongs`].
+    pub ping_pongs: usize,
     pub occupancy: f64,
     pub unallocated_fraction: f64,
     pub max_gpus_in_use: u32,
@@ -236,6 +247,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut completed_all = 0;
     let mut by_kind: BTreeMap<u32, (Vec<i64>, usize)> = BTreeMap::new();
     let mut by_leaf: Vec<Vec<i64>> = vec![Vec::new(); leaves];
+    let mut leaf_kind: Vec<BTreeMap<u32, (Vec<i64>, usize)>> = vec![BTreeMap::new(); leaves];
     let mut jobs_per_leaf = vec![0usize; leaves];
     let mut not_completed: BTreeMap<String, usize> = BTreeMap::new();
     let (mut cancelled, mut refused, mut unfinished) = (0, 0, 0);
@@ -269,14 +281,34 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         if let Some(leaf) = outcome.prepared.leaf[i] {
             by_leaf[leaf as usize].push(wait);
             jobs_per_leaf[leaf as usize] += 1;
+            let k = leaf_kind[leaf as usize].entry(job.kind).or_default();
+            k.0.push(wait);
+            k.1 += usize::from(done);
         }
     }
     // Preemptions and lost work per kind, from the runs.
     let mut kind_loss: BTreeMap<u32, (usize, i64)> = BTreeMap::new();
+    let mut leaf_kind_loss: Vec<BTreeMap<u32, (usize, i64)>> = vec![BTreeMap::new(); leaves];
+    let (mut of_unallocated, mut within_team) = (0, 0);
     for r in &outcome.runs {
-        let e = kind_loss.entry(workload.jobs[r.job as usize].kind).or_default();
-        e.0 += usize::from(matches!(r.ended, RunEnd::Preempted { .. }));
+        let kind = workload.jobs[r.job as usize].kind;
+        let preempted = matches!(r.ended, RunEnd::Preempted { .. });
+        let e = kind_loss.entry(kind).or_default();
+        e.0 += usize::from(preempted);
         e.1 += r.gpus as i64 * r.lost;
+        let victim_leaf = outcome.prepared.leaf[r.job as usize];
+        if let Some(l) = victim_leaf {
+            let e = leaf_kind_loss[l as usize].entry(kind).or_default();
+            e.0 += usize::from(preempted);
+            e.1 += r.gpus as i64 * r.lost;
+        }
+        if preempted {
+            if !outcome.prepared.contract[r.job as usize].is_allocated() {
+                of_unallocated += 1;
+            } else if r.preempted_by.is_some_and(|p| outcome.prepared.leaf[p as usize] == victim_leaf) {
+                within_team += 1;
+            }
+        }
     }
     let overall = wait_stats(waits_all, completed_all, 0, 0);
 
@@ -333,6 +365,13 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             charged_gpu_hours: round3(outcome.charged.get(l).copied().unwrap_or(0) as f64 / HOUR as f64),
             wait_p50_s: percentile(&w, 50.0),
             wait_p90_s: percentile(&w, 90.0),
+            by_kind: std::mem::take(&mut leaf_kind[l])
+                .into_iter()
+                .map(|(k, (w, c))| {
+                    let (p, lost) = leaf_kind_loss[l].get(&k).copied().unwrap_or_default();
+                    (workload.kinds[k as usize].clone(), wait_stats(w, c, p, lost))
+                })
+                .collect(),
         });
     }
 
@@ -360,6 +399,9 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             .collect(),
         preemptions,
         gpu_hours_lost_to_preemption: round3(lost as f64 / HOUR as f64),
+        preemptions_of_unallocated: of_unallocated,
+        preemptions_within_team: within_team,
+        ping_pongs: ping_pongs(outcome),
         occupancy: round6(in_span as f64 / (capacity as f64 * span as f64)),
         unallocated_fraction: round6(if delivered > 0 { unprotected as f64 / delivered as f64 } else { 0.0 }),
         max_gpus_in_use: outcome.max_gpus_in_use,
@@ -374,6 +416,43 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         sim_seconds: sim_seconds.map(round6),
         simulated_days_per_second: sim_seconds.map(|s| round3(simulated_days / s.max(1e-9))),
     }
+}
+
+/// Ping-pong preemptions, from the runs: a preemption (victim V, preemptor
+/// P, signalled at t) counts if
+/// - V had preempted P before (the pair took turns), or
+/// - V's previous preemption (by P', signalled at t') came less than P''s
+///   minimum runtime before: V was preempted twice within the minimum
+///   runtime of the job that preempted it first.
+///
+/// Neither can come from a single rule of the policy core: a job inside its
+/// minimum runtime is never preempted, and within a team only a strictly
+/// higher priority preempts. Both can come from the margin rule between
+/// teams (or from unallocated jobs, which have no protection: they are left
+/// out, as the contract promises them nothing).
+pub fn ping_pongs(outcome: &Outcome) -> usize {
+    let mut preempted: Vec<&crate::engine::Run> = outcome
+        .runs
+        .iter()
+        .filter(|r| matches!(r.ended, RunEnd::Preempted { .. }) && outcome.prepared.contract[r.job as usize].is_allocated() && r.preempted_by.is_some())
+        .collect();
+    let signal = |r: &crate::engine::Run| match r.ended {
+        RunEnd::Preempted { signal } => signal,
+        _ => r.end,
+    };
+    preempted.sort_by_key(|r| (signal(r), r.job));
+    let mut took: std::collections::BTreeSet<(u32, u32)> = std::collections::BTreeSet::new();
+    let mut last: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
+    let mut count = 0;
+    for r in preempted {
+        let (v, p, t) = (r.job, r.preempted_by.unwrap_or(u32::MAX), signal(r));
+        let reversal = took.contains(&(v, p));
+        let repeat = last.get(&v).is_some_and(|&(t0, p0)| t - t0 < outcome.prepared.contract[p0 as usize].min_runtime);
+        count += usize::from(reversal || repeat);
+        took.insert((p, v));
+        last.insert(v, (t, p));
+    }
+    count
 }
 
 fn round3(x: f64) -> f64 {
@@ -433,6 +512,9 @@ pub fn table(reports: &[Report]) -> String {
     let mut row = |name: &str, f: &dyn Fn(&Report) -> String| rows.push((name.to_owned(), reports.iter().map(f).collect()));
     row("preemptions", &|r| r.preemptions.to_string());
     row("gpu_hours_lost_to_preemption", &|r| format!("{:.1}", r.gpu_hours_lost_to_preemption));
+    row("preemptions_of_unallocated", &|r| r.preemptions_of_unallocated.to_string());
+    row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
+    row("ping_pongs", &|r| r.ping_pongs.to_string());
     row("occupancy", &|r| format!("{:.1}%", 100.0 * r.occupancy));
     row("unallocated_fraction", &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
     row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));
