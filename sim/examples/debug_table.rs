@@ -79,7 +79,7 @@ fn row(variant: &str, name: &str, rs: &[Report]) -> String {
     let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = ratios.iter().copied().fold(0.0, f64::max);
     format!(
-        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} unallocated) | {:.0} | {} |",
+        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} unallocated) | {:.0} | {} ({}) |",
         human(median(d.iter().map(|x| x.0).collect())),
         human(median(d.iter().map(|x| x.1).collect())),
         human(median(d.iter().map(|x| x.2).collect())),
@@ -91,7 +91,8 @@ fn row(variant: &str, name: &str, rs: &[Report]) -> String {
         median(rs.iter().map(|r| r.preemptions_within_team).collect()),
         median(rs.iter().map(|r| r.preemptions_of_unallocated).collect()),
         median(rs.iter().map(|r| r.gpu_hours_lost_to_preemption).collect()),
-        rs.iter().map(|r| r.ping_pongs).sum::<usize>()
+        rs.iter().map(|r| r.ping_pongs).sum::<usize>(),
+        rs.iter().map(|r| r.repreempted_within_preemptor_min_runtime).sum::<usize>()
     )
 }
 
@@ -104,7 +105,7 @@ fn main() {
         None => vec![1],
     };
     let variants: Vec<&str> = if args.len() > 1 { args[1..].iter().map(String::as_str).collect() } else { DEBUG_VARIANTS.to_vec() };
-    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams) | occupancy | preemptions | GPU-h lost | ping-pongs |");
+    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams) | occupancy | preemptions | GPU-h lost | ping-pongs (repreempted) |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for v in variants {
         let cases: Vec<_> = seeds

@@ -88,10 +88,12 @@ pub struct Report {
     /// Preemptions of an allocated job by a job of the same budget leaf.
     pub preemptions_within_team: usize,
     /// Preemptions that are ping-pong: the victim had itself preempted the
-    /// job now preempting it, or the victim was preempted before, less than
-    /// the minimum runtime of the job that preempted it then (signal to
-    /// signal). See [`ping_pongs`].
+    /// job now preempting it, or had been preempted less than its own
+    /// minimum runtime before. See [`ping_pongs`].
     pub ping_pongs: usize,
+    /// A stricter count: preemptions of a job that had been preempted less
+    /// than the minimum runtime of the job that preempted it then.
+    pub repreempted_within_preemptor_min_runtime: usize,
     pub occupancy: f64,
     pub unallocated_fraction: f64,
     pub max_gpus_in_use: u32,
@@ -401,7 +403,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         gpu_hours_lost_to_preemption: round3(lost as f64 / HOUR as f64),
         preemptions_of_unallocated: of_unallocated,
         preemptions_within_team: within_team,
-        ping_pongs: ping_pongs(outcome),
+        ping_pongs: ping_pongs(outcome).0,
+        repreempted_within_preemptor_min_runtime: ping_pongs(outcome).1,
         occupancy: round6(in_span as f64 / (capacity as f64 * span as f64)),
         unallocated_fraction: round6(if delivered > 0 { unprotected as f64 / delivered as f64 } else { 0.0 }),
         max_gpus_in_use: outcome.max_gpus_in_use,
@@ -418,19 +421,22 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     }
 }
 
-/// Ping-pong preemptions, from the runs: a preemption (victim V, preemptor
-/// P, signalled at t) counts if
-/// - V had preempted P before (the pair took turns), or
-/// - V's previous preemption (by P', signalled at t') came less than P''s
-///   minimum runtime before: V was preempted twice within the minimum
-///   runtime of the job that preempted it first.
+/// Ping-pong preemptions of allocated jobs, from the runs (unallocated jobs
+/// are left out: the contract promises them nothing). A preemption (victim
+/// V, preemptor P, signalled at t) is a **ping-pong** if V had preempted P
+/// before (the pair took turns), or V's previous preemption came less than
+/// V's own minimum runtime before. It is a **repreemption** (the second
+/// count) if V's previous preemption, by P', came less than P''s minimum
+/// runtime before: V lost its GPUs twice while the job that took them
+/// first was still protected.
 ///
-/// Neither can come from a single rule of the policy core: a job inside its
-/// minimum runtime is never preempted, and within a team only a strictly
-/// higher priority preempts. Both can come from the margin rule between
-/// teams (or from unallocated jobs, which have no protection: they are left
-/// out, as the contract promises them nothing).
-pub fn ping_pongs(outcome: &Outcome) -> usize {
+/// The policy core rules out ping-pongs within a team (only a strictly
+/// higher priority preempts there, and no longer a guarantee than the
+/// victim's) and V's own protection rules out the second kind; between
+/// teams the margin is what prevents them. Repreemptions can come from the
+/// margin rule between teams when the preemptor declared a longer minimum
+/// runtime than the victim.
+pub fn ping_pongs(outcome: &Outcome) -> (usize, usize) {
     let mut preempted: Vec<&crate::engine::Run> = outcome
         .runs
         .iter()
@@ -443,16 +449,18 @@ pub fn ping_pongs(outcome: &Outcome) -> usize {
     preempted.sort_by_key(|r| (signal(r), r.job));
     let mut took: std::collections::BTreeSet<(u32, u32)> = std::collections::BTreeSet::new();
     let mut last: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
-    let mut count = 0;
+    let (mut ping, mut re) = (0, 0);
     for r in preempted {
         let (v, p, t) = (r.job, r.preempted_by.unwrap_or(u32::MAX), signal(r));
+        let min_runtime = |j: u32| outcome.prepared.contract[j as usize].min_runtime;
         let reversal = took.contains(&(v, p));
-        let repeat = last.get(&v).is_some_and(|&(t0, p0)| t - t0 < outcome.prepared.contract[p0 as usize].min_runtime);
-        count += usize::from(reversal || repeat);
+        let own = last.get(&v).is_some_and(|&(t0, _)| t - t0 < min_runtime(v));
+        ping += usize::from(reversal || own);
+        re += usize::from(last.get(&v).is_some_and(|&(t0, p0)| t - t0 < min_runtime(p0)));
         took.insert((p, v));
         last.insert(v, (t, p));
     }
-    count
+    (ping, re)
 }
 
 fn round3(x: f64) -> f64 {
@@ -515,6 +523,7 @@ pub fn table(reports: &[Report]) -> String {
     row("preemptions_of_unallocated", &|r| r.preemptions_of_unallocated.to_string());
     row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
     row("ping_pongs", &|r| r.ping_pongs.to_string());
+    row("repreempted_within_preemptor_min_runtime", &|r| r.repreempted_within_preemptor_min_runtime.to_string());
     row("occupancy", &|r| format!("{:.1}%", 100.0 * r.occupancy));
     row("unallocated_fraction", &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
     row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));

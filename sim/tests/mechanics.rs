@@ -47,7 +47,8 @@ fn fate(sim: &Simulation, w: &Workload, id: u32) -> Fate {
 fn an_unallocated_job_yields_at_once_loses_work_since_its_checkpoint_and_resumes() {
     // 1 node of 2 GPUs. a's free job runs from 0; b's allocated job arrives at 1h.
     let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
-    let cfg = config("1x2", "grace = \"5m\"", PolicyKind::Allot);
+    // Unallocated victims get the full grace time here (default: none, see below).
+    let cfg = config("1x2", "grace = \"5m\"\nunallocated_grace = \"5m\"", PolicyKind::Allot);
     let sim = run(&w, &cfg);
     let a = runs_of(&sim, &w, 1);
     let b = runs_of(&sim, &w, 2);
@@ -65,6 +66,63 @@ fn an_unallocated_job_yields_at_once_loses_work_since_its_checkpoint_and_resumes
     assert!((sim.report.gpu_hours_lost_to_preemption - 2.0 * 300.0 / 3600.0).abs() < 1e-3);
     // The unallocated run was never charged, b's run was.
     assert_eq!(sim.outcome.charged, vec![0, 2 * 3600]);
+}
+
+#[test]
+fn by_default_an_unallocated_victim_is_killed_at_once() {
+    let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
+    let sim = run(&w, &config("1x2", "grace = \"5m\"", PolicyKind::Allot));
+    let a = runs_of(&sim, &w, 1);
+    assert_eq!((a[0].ended, a[0].end), (RunEnd::Preempted { signal: H }, H));
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, H);
+    // Its work since the last checkpoint (at 1h) is lost: none.
+    assert_eq!(a[0].lost, 0);
+}
+
+#[test]
+fn within_a_team_a_higher_priority_job_takes_a_teammate_past_its_minimum_runtime() {
+    // One node of 8 GPUs. a's normal training job (8 GPUs, protected 2h)
+    // runs from 0; a's high-priority debug job (1 GPU, 10 min) arrives at 1h:
+    // it waits for the end of the protection, then preempts (5-minute grace).
+    // A normal-priority debug job of a never preempts, nor does one of b
+    // (the margin keeps a running: a 7-day window).
+    let w = workload(
+        "1,0,8,36000,a,7200,true,normal\n2,3600,1,600,a,600,false,high\n3,3600,1,600,a,600,false,normal\n4,3600,1,600,b,600,false,normal\n",
+    );
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let train = runs_of(&sim, &w, 1);
+    assert_eq!(train[0].ended, RunEnd::Preempted { signal: 2 * H }, "{train:?}");
+    let debug = runs_of(&sim, &w, 2);
+    assert_eq!(debug[0].start, 2 * H + 300);
+    assert_eq!(train[0].preempted_by, Some(1));
+    assert_eq!(sim.report.preemptions_within_team, 1);
+    // The other GPUs freed by the kill go to the waiting normal jobs at once.
+    assert_eq!(runs_of(&sim, &w, 3)[0].start, 2 * H + 300);
+    assert_eq!(runs_of(&sim, &w, 4)[0].start, 2 * H + 300);
+    assert_eq!(sim.report.ping_pongs, 0);
+    // Switched off: the high-priority job waits like the others.
+    let sim = run(&w, &config("1x8", "grace = \"5m\"\npreempt_within_team = false", PolicyKind::Allot));
+    assert_eq!(runs_of(&sim, &w, 1).len(), 1);
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000);
+    // A high-priority job that declares a longer minimum runtime than its teammate's does not preempt it.
+    let w = workload("1,0,8,36000,a,3600,true,normal\n2,3600,1,600,a,7200,false,high\n");
+    let sim = run(&w, &config("1x8", "", PolicyKind::Allot));
+    assert_eq!(sim.report.preemptions, 0);
+}
+
+#[test]
+fn a_small_job_takes_the_smallest_victim() {
+    // Two nodes of 8: a's 8-GPU job on one, a's two 4-GPU jobs on the other,
+    // all normal and past their protection at 2h; a's high-priority 1-GPU job
+    // arrives: it takes the most recently started of the 4-GPU jobs, not the 8.
+    let w = workload("1,0,8,36000,a,3600,true,normal\n2,0,4,36000,a,3600,true,normal\n3,10,4,36000,a,3600,true,normal\n4,7200,1,600,a,600,false,high\n");
+    let sim = run(&w, &config("2x8", "grace = \"1m\"", PolicyKind::Allot));
+    assert_eq!(runs_of(&sim, &w, 1).len(), 1);
+    assert_eq!(runs_of(&sim, &w, 2).len(), 1);
+    assert_eq!(runs_of(&sim, &w, 3)[0].ended, RunEnd::Preempted { signal: 7200 });
+    // By leaf rank alone all three tie: the most recently started goes, on the node with fewest GPUs to free.
+    let sim = run(&w, &config("2x8", "grace = \"1m\"\npreempt_smallest_first = false", PolicyKind::Allot));
+    assert_eq!(sim.report.preemptions, 1);
 }
 
 #[test]
@@ -111,7 +169,7 @@ fn a_non_resumable_victim_is_cancelled_and_all_its_work_is_lost() {
 #[test]
 fn checkpointing_in_the_grace_time_loses_nothing() {
     let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
-    let mut cfg = config("1x2", "grace = \"5m\"", PolicyKind::Allot);
+    let mut cfg = config("1x2", "grace = \"5m\"\nunallocated_grace = \"5m\"", PolicyKind::Allot);
     cfg.checkpoint_interval = 0;
     let sim = run(&w, &cfg);
     let a = runs_of(&sim, &w, 1);
