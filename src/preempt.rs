@@ -307,26 +307,34 @@ pub fn grace_for(job: &RunningJob, settings: &ClusterSettings) -> i64 {
 
 /// The order in which running jobs are offered up for preemption, lowest
 /// first (Slurm's preempt `PRIO`), from the job alone: `gpus` is what it
-/// holds. With `rules.smallest_first`: unallocated jobs, then allocated
-/// jobs; within each, the fewest GPUs first (on nodes of G GPUs, a job of
-/// fewer than G sits on a partial node: partial nodes go before whole
-/// ones), then the lowest-ranked leaf. Without: [`preemption_order`].
+/// holds, `resumable` whether a kill requeues it (Slurm: requeue allowed)
+/// rather than cancelling it. With `rules.smallest_first`: unallocated jobs,
+/// then allocated resumable jobs, then allocated jobs that a kill cancels;
+/// within each, the fewest GPUs first (on nodes of G GPUs, a job of fewer
+/// than G sits on a partial node: partial nodes go before whole ones), then
+/// the lowest-ranked leaf. Without: [`preemption_order`].
 ///
-/// Why the smallest first: a preemptor needs only the GPUs it asked for;
-/// the work a kill loses (GPUs x time since the last checkpoint) grows with
-/// the victim's size, and a small waiting job (a debug job) that takes a
-/// small victim leaves the large jobs running. A large preemptor still gets
-/// what it needs: it takes victims in this order until it has enough, and
-/// a whole-node job takes whole nodes anyway.
-pub fn victim_order(job: &RunningJob, gpus: u32, ranking: &Ranking, rules: PreemptRules) -> u32 {
+/// Why: a preemptor needs only the GPUs it asked for, and what a kill
+/// loses is the victim's GPUs times its work since its last checkpoint:
+/// all of its run if it cannot resume. A small waiting job (a debug job)
+/// that takes a small resumable victim leaves the large jobs running and
+/// costs little. A large preemptor still gets what it needs: it takes
+/// victims in this order until it has enough (a whole-node job takes whole
+/// nodes anyway).
+pub fn victim_order(job: &RunningJob, gpus: u32, resumable: bool, ranking: &Ranking, rules: PreemptRules) -> u32 {
     if !rules.smallest_first {
         return preemption_order(job, ranking);
     }
     let leaves = ranking.leaves() as u32;
     let rank = job.leaf.and_then(|l| ranking.leaf_rank.get(l as usize)).copied().unwrap_or(leaves);
     let from_bottom = leaves.saturating_sub(rank).min(0xffff);
-    let size = gpus.min(0x7fff);
-    u32::from(job.is_allocated()) << 31 | size << 16 | from_bottom
+    let size = gpus.min(0x3fff);
+    let class = match (job.is_allocated(), resumable) {
+        (false, _) => 0,
+        (true, true) => 1,
+        (true, false) => 2,
+    };
+    class << 30 | size << 16 | from_bottom
 }
 
 #[cfg(test)]
@@ -424,14 +432,15 @@ mod tests {
         let r = Ranking::compute(&t, &[10, 0], 1, 0); // b ranks first
         let rules = PreemptRules::default();
         let job = |leaf, m| RunningJob { leaf: Some(leaf), contract: contract(m), run_start: 0 };
-        let free_big = victim_order(&job(1, 0), 64, &r, rules);
-        let one = victim_order(&job(1, 60), 1, &r, rules);
-        let node_a = victim_order(&job(0, 60), 8, &r, rules);
-        let node_b = victim_order(&job(1, 60), 8, &r, rules);
-        let whole = victim_order(&job(0, 60), 16, &r, rules);
-        assert!(free_big < one && one < node_a && node_a < node_b && node_b < whole, "{free_big} {one} {node_a} {node_b} {whole}");
+        let free_big = victim_order(&job(1, 0), 64, false, &r, rules);
+        let one = victim_order(&job(1, 60), 1, true, &r, rules);
+        let node_a = victim_order(&job(0, 60), 8, true, &r, rules);
+        let node_b = victim_order(&job(1, 60), 8, true, &r, rules);
+        let whole = victim_order(&job(0, 60), 16, true, &r, rules);
+        let cancelled = victim_order(&job(0, 60), 1, false, &r, rules);
+        assert!(free_big < one && one < node_a && node_a < node_b && node_b < whole && whole < cancelled, "{free_big} {one} {node_a} {node_b} {whole}");
         let old = PreemptRules { smallest_first: false, ..rules };
-        assert_eq!(victim_order(&job(0, 60), 16, &r, old), preemption_order(&job(0, 60), &r));
+        assert_eq!(victim_order(&job(0, 60), 16, true, &r, old), preemption_order(&job(0, 60), &r));
     }
 
     #[test]

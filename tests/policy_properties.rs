@@ -7,6 +7,7 @@ use allot::duration::{format_duration, parse_duration};
 use allot::fairshare::Ranking;
 use allot::occupancy::{usage_in_window, Interval, OccupancyWindow};
 use allot::order::{order_jobs, PendingJob, PriorityMap};
+use allot::preempt::{grace_for, may_preempt, may_preempt_with, victim_order, PreemptDecision, PreemptRules, RunningJob, WaitingJob};
 use proptest::prelude::*;
 
 /// A random tree: node i (1-based) hangs under an earlier node; shares are
@@ -230,6 +231,131 @@ proptest! {
         let order = order_jobs(&r, &all);
         for w in order.windows(2) {
             prop_assert!(prio[w[0]] > prio[w[1]], "{:?} then {:?}", all[w[0]], all[w[1]]);
+        }
+    }
+}
+
+
+fn arb_level() -> impl Strategy<Value = PriorityLevel> {
+    prop::sample::select(vec![PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High])
+}
+
+/// A contract: unallocated about a quarter of the time.
+fn arb_contract() -> impl Strategy<Value = Contract> {
+    (prop_oneof![Just(0i64), 1i64..=8 * 3600], arb_level()).prop_map(|(min_runtime, priority)| Contract { min_runtime, priority })
+}
+
+/// Two jobs, often of the same leaf, sometimes of none, a time and the rules.
+fn arb_pair() -> impl Strategy<Value = (RunningJob, WaitingJob, i64, PreemptRules)> {
+    (
+        prop::option::weighted(0.9, 0u32..4),
+        prop::option::weighted(0.9, 0u32..4),
+        arb_contract(),
+        arb_contract(),
+        0i64..10 * 3600,
+        0i64..20 * 3600,
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(lv, lw, cv, cw, start, now, within_team, smallest_first)| {
+            let lw = if lv.is_some() && lw.is_some() && now % 2 == 0 { lv } else { lw }; // same leaf half the time
+            (
+                RunningJob { leaf: lv, contract: cv, run_start: start },
+                WaitingJob { leaf: lw, contract: cw },
+                now,
+                PreemptRules { within_team, smallest_first },
+            )
+        })
+}
+
+fn four_leaves(usage: &[i64]) -> (BudgetTree, Ranking) {
+    let t = parse("[cluster]\nlookback = \"1d\"\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 2\naccounts = [\"b\"]\n[budget.c]\nshare = 1\naccounts = [\"c\"]\n[budget.d]\nshare = 3\naccounts = [\"d\"]\n");
+    let r = Ranking::compute(&t, usage, 8, 20 * 3600);
+    (t, r)
+}
+
+proptest! {
+    /// Rule 5 and what it leaves alone: same-leaf preemption only past the
+    /// victim's minimum runtime, only by a strictly higher priority and no
+    /// longer a guarantee, only with the switch on; unallocated jobs as
+    /// before; jobs of different leaves as before (rule 4 ignores
+    /// priorities); the decision a function of its arguments alone.
+    #[test]
+    fn preemption_within_a_team_keeps_the_contract(
+        (victim, waiting, now, rules) in arb_pair(),
+        usage in prop::collection::vec(0i64..200_000, 4),
+    ) {
+        let (_, r) = four_leaves(&usage);
+        let d = may_preempt_with(&victim, &waiting, now, &r, rules);
+        // Deterministic and stateless: the same question, the same answer.
+        prop_assert_eq!(d, may_preempt_with(&victim, &waiting, now, &r, rules));
+        prop_assert_eq!(may_preempt(&victim, &waiting, now, &r), may_preempt_with(&victim, &waiting, now, &r, PreemptRules::default()));
+        // Unallocated rules unchanged.
+        if !waiting.is_allocated() {
+            prop_assert_eq!(d, PreemptDecision::NoPreemptorUnallocated);
+        } else if !victim.is_allocated() {
+            prop_assert_eq!(d, PreemptDecision::YesUnallocated);
+        }
+        // Protection: an allocated victim inside its minimum runtime never goes.
+        if victim.is_allocated() && now < victim.run_start + victim.contract.min_runtime {
+            prop_assert!(!d.allowed(), "{d:?}");
+        }
+        let same = victim.leaf.is_some() && victim.leaf == waiting.leaf;
+        if same && victim.is_allocated() && d.allowed() {
+            prop_assert!(rules.within_team);
+            prop_assert!(waiting.contract.priority > victim.contract.priority, "{d:?}");
+            prop_assert!(waiting.contract.min_runtime <= victim.contract.min_runtime, "{d:?}");
+            // Never the other way round: the victim can never take the preemptor's GPUs back.
+            let back = RunningJob { leaf: waiting.leaf, contract: waiting.contract, run_start: 0 };
+            let victim_waiting = WaitingJob { leaf: victim.leaf, contract: victim.contract };
+            prop_assert!(!may_preempt_with(&back, &victim_waiting, i64::MAX / 4, &r, rules).allowed());
+        }
+        if same && victim.is_allocated() && !rules.within_team {
+            prop_assert!(!d.allowed());
+        }
+        // Between leaves, declared priorities change nothing, nor does the switch.
+        if !same {
+            for level in [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High] {
+                let other = WaitingJob { contract: Contract { priority: level, ..waiting.contract }, ..waiting };
+                prop_assert_eq!(may_preempt_with(&victim, &other, now, &r, rules).allowed(), d.allowed());
+            }
+            let flipped = PreemptRules { within_team: !rules.within_team, ..rules };
+            prop_assert_eq!(may_preempt_with(&victim, &waiting, now, &r, flipped), d);
+        }
+    }
+
+    /// The victim order is a total order on classes: unallocated before
+    /// allocated resumable before allocated cancelled, fewer GPUs first
+    /// within a class; and the grace time never exceeds the cluster's.
+    #[test]
+    fn victims_smallest_first_and_grace_bounded(
+        (a, _, _, _) in arb_pair(),
+        (b, _, _, _) in arb_pair(),
+        ga in 1u32..512,
+        gb in 1u32..512,
+        ra in any::<bool>(),
+        rb in any::<bool>(),
+        usage in prop::collection::vec(0i64..200_000, 4),
+        grace in 0i64..3600,
+        unallocated_grace in 0i64..7200,
+    ) {
+        let (t, r) = four_leaves(&usage);
+        let rules = PreemptRules { within_team: true, smallest_first: true };
+        let (oa, ob) = (victim_order(&a, ga, ra, &r, rules), victim_order(&b, gb, rb, &r, rules));
+        let class = |j: &RunningJob, res: bool| if !j.is_allocated() { 0 } else if res { 1 } else { 2 };
+        let (ca, cb) = (class(&a, ra), class(&b, rb));
+        if ca != cb {
+            prop_assert_eq!(ca < cb, oa < ob);
+        } else if ga != gb {
+            prop_assert_eq!(ga < gb, oa < ob);
+        }
+        let mut settings = t.settings.clone();
+        settings.grace = grace;
+        settings.unallocated_grace = unallocated_grace;
+        let g = grace_for(&a, &settings);
+        prop_assert!((0..=grace).contains(&g));
+        if a.is_allocated() {
+            prop_assert_eq!(g, grace);
         }
     }
 }

@@ -12,7 +12,10 @@
 //!    `RunningJob::protected_until` counts it from the job's contract; baseline:
 //!    a run that declared a minimum runtime, ever), every run records that
 //!    protection as its `preemptible_from`, and every kill came after the
-//!    grace time.
+//!    grace time (allot: the policy core's `grace_for` the victim). Allot:
+//!    a run preempted by a job of its own leaf was preempted by rule 5
+//!    (`preempt_within_team` on, a strictly higher priority, no longer a
+//!    minimum runtime: `allot::preempt::within_team`).
 //! 4. Unallocated time is never charged: each leaf's charged GPU-seconds
 //!    are exactly its allocated runs' (recomputed with the policy core's
 //!    `usage_in_window`), and no run of an unallocated job is charged.
@@ -174,6 +177,26 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
                 bad.push(format!(
                     "job {} signalled at {signal} but killed at {}: the grace time is {grace}",
                     workload.jobs[r.job as usize].job_id, r.end
+                ));
+            }
+        }
+    }
+
+    // 3b. Preemption within a team.
+    if cfg.policy == PolicyKind::Allot {
+        for r in &out.runs {
+            let (RunEnd::Preempted { .. }, Some(by)) = (r.ended, r.preempted_by) else { continue };
+            let (victim, preemptor) = (prepared.contract[r.job as usize], prepared.contract[by as usize]);
+            let same = prepared.leaf[r.job as usize].is_some() && prepared.leaf[r.job as usize] == prepared.leaf[by as usize];
+            if same && victim.is_allocated() && !(cfg.tree.settings.preempt_within_team && allot::preempt::within_team(&victim, &preemptor).allowed()) {
+                bad.push(format!(
+                    "job {} preempted by its teammate job {}, which rule 5 does not allow ({} over {}, minimum runtimes {} and {} s)",
+                    workload.jobs[r.job as usize].job_id,
+                    workload.jobs[by as usize].job_id,
+                    preemptor.priority.as_str(),
+                    victim.priority.as_str(),
+                    preemptor.min_runtime,
+                    victim.min_runtime
                 ));
             }
         }

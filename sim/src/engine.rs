@@ -1177,7 +1177,7 @@ impl<'a> Engine<'a> {
     fn victim_key(&self, v: u32, ranking: Option<&Ranking>) -> (u32, i64, u32) {
         let job = &self.jobs[v as usize];
         let order = match ranking {
-            Some(r) => victim_order(&self.running_view(v), job.held, r, self.rules),
+            Some(r) => victim_order(&self.running_view(v), job.held, self.workload.jobs[v as usize].resumable, r, self.rules),
             // Baseline: low priority first, when levels are in use.
             None if self.cfg.baseline_priority_levels => job.contract.priority as u32,
             None => 0,
