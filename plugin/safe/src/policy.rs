@@ -3,7 +3,8 @@
 use allot::budget::{BudgetTree, LeafId};
 use allot::contract::{parse_comment, Contract, ContractRules};
 use allot::order::PendingJob;
-use allot::preempt::{RunningJob, WaitingJob};
+use allot::fairshare::Ranking;
+use allot::preempt::{victim_order, PreemptRules, RunningJob, WaitingJob};
 
 use crate::job::Job;
 
@@ -35,4 +36,17 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
 
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
     WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules) }
+}
+
+/// The budget's switchable preemption rules (`preempt_within_team`,
+/// `preempt_smallest_first`), for `allot::preempt::may_preempt_with`.
+pub fn preempt_rules(tree: &BudgetTree) -> PreemptRules {
+    PreemptRules::from_settings(&tree.settings)
+}
+
+/// A running job's place among the victims, lowest preempted first (the
+/// preempt plugin's `PREEMPT_DATA_PRIO`): `allot::preempt::victim_order`
+/// with the GPUs it holds and whether a kill requeues it.
+pub fn victim_prio(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules, ranking: &Ranking) -> u32 {
+    victim_order(&running_job(job, tree, rules), job.gpus_allocated(), job.requeue_allowed(), ranking, preempt_rules(tree))
 }
