@@ -563,7 +563,7 @@ mod tests {
         let csv = dir.path().join("w.csv");
         fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n0,x,60,a\n5,1,-3,a\n").unwrap();
         let e = allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q"]).unwrap_err().to_string();
-        assert!(e.contains("line 3: gpus 'x' is not a whole number"), "{e}");
+        assert!(e.contains("line 3: gpus 'x' is not a positive whole number"), "{e}");
         assert!(e.contains("line 4: runtime_s must be at least 1"), "{e}");
         assert!(allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q", "--skip-bad-rows"]).is_ok());
     }

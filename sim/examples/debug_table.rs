@@ -9,6 +9,8 @@ use allot_sim::generate::{debug_scenario, DebugParams, DEBUG_VARIANTS};
 use allot_sim::metrics::{human, Report};
 use allot_sim::{simulate, Config, PolicyKind};
 
+type Tweak = fn(&mut Config);
+
 /// A mechanism: its name and what it changes from the shipped defaults.
 struct Mechanism {
     name: &'static str,
@@ -117,7 +119,7 @@ fn main() {
                 (p, s, tree)
             })
             .collect();
-        let mut all: Vec<(&str, Option<fn(&mut Config)>)> = mechanisms().iter().map(|m| (m.name, Some(m.apply))).collect();
+        let mut all: Vec<(&str, Option<Tweak>)> = mechanisms().iter().map(|m| (m.name, Some(m.apply))).collect();
         all.push(("baseline", None));
         for (name, apply) in all {
             let reports: Vec<Report> = cases

@@ -15,8 +15,9 @@
 //! - a job that fits on free GPUs starts, unless it would delay the
 //!   reservation (below);
 //! - a job that does not fit may preempt (allot: runs for which
-//!   `may_preempt` says yes; baseline: a job within its team's limit takes
-//!   preemptible runs). Victims get the grace time, then are requeued
+//!   `may_preempt_with` says yes under the budget's `PreemptRules`, lowest
+//!   `victim_order` first; baseline: a job within its team's limit takes
+//!   preemptible runs). Victims get their grace time, then are requeued
 //!   (resumable, losing the work since their last checkpoint) or cancelled;
 //!   the preemptor holds the GPUs it needs meanwhile and starts when the
 //!   grace time ends. Preemption ignores the reservation, as Slurm's main

@@ -374,8 +374,8 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
     );
     toml.push_str("[cluster]\nlookback = \"7d\"\nmin_runtime_cap = \"8h\"\ndefault_min_runtime = \"1h\"\ngrace = \"5m\"\npreempt_margin = 0.1\n");
     toml.push_str(&format!("gpus = {}\n\n[budget]\n", p.cluster.capacity()));
-    for t in 0..teams {
-        toml.push_str(&format!("\n[budget.{}]\nshare = {}\naccounts = [\"{}\"]\n", names[t], p.shares.get(t).copied().unwrap_or(1), names[t]));
+    for (t, name) in names.iter().enumerate() {
+        toml.push_str(&format!("\n[budget.{name}]\nshare = {}\naccounts = [\"{name}\"]\n", p.shares.get(t).copied().unwrap_or(1)));
     }
     Scenario { workload, budget_toml: toml }
 }

@@ -6,8 +6,8 @@
 //!
 //! The `allot` policy is not re-implemented here: every ordering and
 //! preemption decision calls the policy core (`allot::fairshare::Ranking`,
-//! `allot::order::order_jobs`, `allot::preempt::{may_preempt,
-//! preemption_order}`, `allot::contract::parse_comment`) with the same types
+//! `allot::order::order_jobs`, `allot::preempt::{may_preempt_with,
+//! victim_order, grace_for}`, `allot::contract::parse_comment`) with the same types
 //! the Slurm plugins use, and charges usage through
 //! `allot::occupancy::OccupancyWindow`. The `baseline` policy is the system
 //! allot replaces: static priority levels and per-team limits.
