@@ -558,6 +558,30 @@ mod tests {
     }
 
     #[test]
+    fn the_debug_scenario_and_the_preemption_switches() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        allot(&["generate", "debug", "--variant", "bursty", "--cluster", "4x8", "--days", "2", "--out", &p("d.csv"), "--budgets-out", &p("d.toml")]).unwrap();
+        let e = allot(&["generate", "debug", "--variant", "nope", "--out", &p("x.csv")]).unwrap_err().to_string();
+        assert!(e.contains("unknown variant 'nope'") && e.contains("pinned"), "{e}");
+        let args = [&p("d.csv"), "--cluster", "4x8", "--budgets", &p("d.toml"), "-q", "--check", "--no-timing", "--policy", "allot", "--json", &p("r.json")];
+        let settings = |extra: &[&str]| -> serde_json::Value {
+            let mut all: Vec<&str> = args.to_vec();
+            all.extend_from_slice(extra);
+            allot(&all).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&fs::read(p("r.json")).unwrap()).unwrap()
+        };
+        let on = settings(&[]);
+        assert_eq!((on["settings"]["preempt_within_team"].as_bool(), on["settings"]["unallocated_grace_s"].as_i64()), (Some(true), Some(0)));
+        assert!(on["reports"][0]["ping_pongs"].is_u64() && on["reports"][0]["teams"][0]["by_kind"]["debug"]["wait_p90_s"].is_i64());
+        let off = settings(&["--preempt-within-team", "false", "--preempt-smallest-first", "false", "--unallocated-grace", "5m"]);
+        assert_eq!(off["settings"]["preempt_within_team"].as_bool(), Some(false));
+        assert_eq!(off["reports"][0]["preemptions_within_team"].as_u64(), Some(0));
+        let e = allot(&[&p("d.csv"), "--cluster", "4x8", "--unallocated-grace=-1m"]).unwrap_err().to_string();
+        assert!(e.contains("--unallocated-grace"), "{e}");
+    }
+
+    #[test]
     fn bad_rows_fail_with_their_line_numbers_unless_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let csv = dir.path().join("w.csv");
