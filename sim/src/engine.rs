@@ -291,6 +291,10 @@ struct PassState {
     /// (fitting is monotone in size, and free GPUs only shrink in a pass).
     min_fail: u32,
     shadow: Option<Shadow>,
+    /// (group, GPUs of its leaf's unprotected runs that some job of the
+    /// group may take) when first asked this pass: an upper bound for the
+    /// rest of the pass (a pass only takes runs away).
+    group_same: Option<(usize, u32)>,
 }
 
 /// Which scheduler runs a pass.
@@ -371,6 +375,11 @@ pub(crate) struct Engine<'a> {
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
+    /// Per leaf: bumped whenever `unprotected[leaf]` changes.
+    unprotected_version: Vec<u64>,
+    /// `same_leaf_gpus` by (leaf, priority, minimum runtime or -1 for any):
+    /// (the leaf's `unprotected_version` then, GPUs).
+    same_leaf_cache: BTreeMap<(u32, PriorityLevel, i64), (u64, u32)>,
     /// GPUs of running jobs that any protected waiting job may take: runs
     /// that declared `min_runtime=0`, under either policy.
     free_for_all_gpus: u32,
@@ -499,6 +508,8 @@ impl<'a> Engine<'a> {
             usage: Vec::with_capacity(leaves),
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
+            unprotected_version: vec![0; leaves],
+            same_leaf_cache: BTreeMap::new(),
             free_for_all_gpus: 0,
             guaranteed_gpus: vec![0; leaves],
             limit,
@@ -681,6 +692,7 @@ impl<'a> Engine<'a> {
                 let leaf = job.leaf as usize;
                 self.jobs[j as usize].unprotected = true;
                 self.unprotected[leaf].insert(j);
+                self.unprotected_version[leaf] += 1;
                 self.unprotected_gpus[leaf] += self.jobs[j as usize].held;
                 self.victim_books_on_nodes(j, true, 1);
                 self.growth += 1;
@@ -863,6 +875,7 @@ impl<'a> Engine<'a> {
             self.victim_books_on_nodes(j, false, -1);
         } else if job.unprotected {
             self.unprotected[leaf].remove(&j);
+            self.unprotected_version[leaf] += 1;
             self.unprotected_gpus[leaf] -= held;
             self.victim_books_on_nodes(j, true, -1);
             self.jobs[j as usize].unprotected = false;
@@ -960,7 +973,7 @@ impl<'a> Engine<'a> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: u32::MAX, shadow: None };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: u32::MAX, shadow: None, group_same: None };
         let mut tested = 0usize;
         'groups: for g in order {
             if tested >= depth {
@@ -982,7 +995,7 @@ impl<'a> Engine<'a> {
                 } else {
                     // Past the reservation a job that can neither fit nor
                     // preempt does nothing: visit only sizes that might.
-                    self.next_that_might_start(g, cursor, &st, ranking.as_ref())
+                    self.next_that_might_start(g, cursor, &mut st, ranking.as_ref())
                 };
                 let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
                 cursor = Some(j);
@@ -1033,14 +1046,21 @@ impl<'a> Engine<'a> {
 
     /// The next job of group `g` after `cursor` whose size could fit on free
     /// GPUs or be made room for by preemption; larger ones would only fail.
-    fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, st: &PassState, ranking: Option<&Ranking>) -> Option<u32> {
+    fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
         let head = *self.groups[g].iter().next()?;
         let mut bound = st.min_fail;
         if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
             // The group's jobs share leaf and priority, not minimum runtimes:
             // bound their teammates' GPUs by the most any of them may take.
             let (victims, _) = self.cross_victim_gpus(head, ranking);
-            let same = self.same_leaf_gpus(head, true);
+            let same = match st.group_same {
+                Some((cached, gpus)) if cached == g => gpus,
+                _ => {
+                    let gpus = self.same_leaf_gpus(head, true);
+                    st.group_same = Some((g, gpus));
+                    gpus
+                }
+            };
             let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
             if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
                 // A smaller job of this leaf found no room this pass.
@@ -1258,7 +1278,7 @@ impl<'a> Engine<'a> {
     /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
     /// (rule 5, `allot::preempt::within_team`). `any_guarantee`: ignoring
     /// the minimum-runtime part, for a bound over every job of `j`'s group.
-    fn same_leaf_gpus(&self, j: u32, any_guarantee: bool) -> u32 {
+    fn same_leaf_gpus(&mut self, j: u32, any_guarantee: bool) -> u32 {
         if !self.same_leaf_possible(j) {
             return 0;
         }
@@ -1267,11 +1287,21 @@ impl<'a> Engine<'a> {
         if any_guarantee {
             waiting.min_runtime = 0;
         }
-        self.unprotected[job.leaf as usize]
+        let leaf = job.leaf;
+        let version = self.unprotected_version[leaf as usize];
+        let key = (leaf, waiting.priority, waiting.min_runtime);
+        if let Some(&(v, gpus)) = self.same_leaf_cache.get(&key) {
+            if v == version {
+                return gpus;
+            }
+        }
+        let gpus = self.unprotected[leaf as usize]
             .iter()
             .filter(|&&v| within_team(&self.jobs[v as usize].contract, &waiting).allowed())
             .map(|&v| self.jobs[v as usize].held)
-            .sum()
+            .sum();
+        self.same_leaf_cache.insert(key, (version, gpus));
+        gpus
     }
 
     /// Finds nodes and victims that make room for `j`, or `None`.
