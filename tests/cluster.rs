@@ -9,7 +9,7 @@
 mod support;
 
 use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
-use support::{now, secs, sleep_job, text, Options, TestCluster, BUDGET};
+use support::{now, secs, sleep_job, text, with_unallocated_grace, Options, TestCluster, BUDGET};
 
 
 /// Team A used 32 GPUs for the last half hour: twice its allocation (a
@@ -185,7 +185,7 @@ fn t4_protected_until_its_minimum_runtime_then_preempted_when_it_ranks_lower() {
 
 #[test]
 fn t5_a_preempted_resumable_job_runs_again_even_if_it_exits_on_sigterm() {
-    let c = TestCluster::start("resume", BUDGET, Options { recompute_period: 1, grace: 6, ..Options::default() });
+    let c = TestCluster::start("resume", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 6, ..Options::default() });
     // Three plain unallocated jobs, and one that checkpoints on SIGTERM and exits 0.
     let plain: Vec<u32> = (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-x", "n4", &sleep_job(600)]).unwrap()).collect();
     let script = "#!/bin/bash\ntrap 'echo checkpoint; exit 0' TERM\nsleep 600 &\nwait\n";
@@ -342,4 +342,37 @@ fn t9_losing_the_ledger_does_not_stop_scheduling() {
     });
     let l = c.ledger();
     assert!(!l.runs_of_job(more[0]).unwrap().is_empty(), "runs kept in memory reached the new ledger");
+}
+
+#[test]
+fn t10_a_teams_high_priority_job_preempts_its_own_normal_job_only_past_its_minimum_runtime() {
+    let c = TestCluster::start("withinteam", BUDGET, Options::default());
+    // Team A's normal-priority training jobs hold every GPU, protected for 25 s.
+    let training: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=25s", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("team A's training runs", secs(30), || training.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    let started = now();
+    // The same team's debug job, declared high priority, 1 GPU.
+    let debug = c.sbatch("alice", &["--gres=gpu:1", "--comment=debug min_runtime=10s priority=high", &sleep_job(600)]).unwrap();
+    // A teammate's job of the same (normal) priority never preempts.
+    let peer = c.sbatch("dave", &["--gres=gpu:8", "--comment=min_runtime=10s", &sleep_job(600)]).unwrap();
+    // Inside the training jobs' minimum runtime nothing moves.
+    while now() < started + 20 {
+        assert_eq!(c.job(debug).state(), "PENDING", "the debug job started inside its teammates' minimum runtime");
+        assert!(training.iter().all(|&j| c.job(j).restarts() == 0), "a training job was preempted inside its minimum runtime");
+        std::thread::sleep(secs(2));
+    }
+    // After it, the debug job takes one training job's GPUs: the team
+    // spends its own budget as it declared.
+    c.wait_state(debug, "RUNNING", secs(60));
+    assert!(now() >= started + 25, "the debug job started before its teammates' minimum runtime was over");
+    let preempted: Vec<u32> = training.iter().copied().filter(|&j| c.job(j).restarts() == 1).collect();
+    assert_eq!(preempted.len(), 1, "exactly one training job made room: {preempted:?}");
+    // The normal-priority teammate and the requeued training job wait: no
+    // one takes GPUs from a job of its own or a higher priority.
+    std::thread::sleep(secs(10));
+    assert_eq!(c.job(peer).state(), "PENDING");
+    assert_eq!(training.iter().filter(|&&j| c.job(j).restarts() >= 1).count(), 1, "a normal-priority job preempted a teammate");
+    assert_eq!(c.job(debug).restarts(), 0);
+    let events = c.ledger().events_of_job(preempted[0]).unwrap();
+    assert!(events.iter().any(|e| e.kind == "preempted"), "{events:?}");
 }

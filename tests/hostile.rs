@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
 use allot_ledger::{Ledger, RunRow};
-use support::{now, secs, sleep_job, text, JobInfo, Options, TestCluster, BUDGET};
+use support::{now, secs, sleep_job, text, with_unallocated_grace, JobInfo, Options, TestCluster, BUDGET};
 
 
 /// The shipped RecomputePeriod (conf/allot.conf): charging must not depend on it.
@@ -176,7 +176,7 @@ const STUBBORN: &str = "#!/bin/bash\ntrap 'echo term' TERM\nwhile true; do sleep
 
 #[test]
 fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
-    let c = TestCluster::start("graceend", BUDGET, Options { recompute_period: 1, grace: 20, ..Options::default() });
+    let c = TestCluster::start("graceend", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 20, ..Options::default() });
     let script = c.job_dir().join("stubborn.sh");
     std::fs::write(&script, STUBBORN).unwrap();
     let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", script.to_str().unwrap()]).unwrap();

@@ -344,6 +344,13 @@ accounts = ["other"]
 members = ["carol"]
 "#;
 
+/// The test budget with the grace time for unallocated victims raised to the
+/// whole grace time (the shipped default is none): for tests of what a job
+/// does during its grace time.
+pub fn with_unallocated_grace(budget: &str) -> String {
+    budget.replace("preempt_margin = 0.05", "preempt_margin = 0.05\nunallocated_grace = \"1h\"")
+}
+
 /// `sbatch` arguments for a job that sleeps `seconds`.
 pub fn sleep_job(seconds: u32) -> String {
     format!("--wrap=sleep {seconds}")

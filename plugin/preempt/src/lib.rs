@@ -4,11 +4,15 @@
 //! - An unallocated job (`min_runtime=0`) never preempts and may be
 //!   preempted by any allocated job.
 //! - An allocated job is protected until its minimum runtime has elapsed;
-//!   after that, only a job whose allocation is under-served compared with
-//!   its own, by more than the anti-thrash margin, may take its GPUs.
+//!   after that, a job whose allocation is under-served compared with its
+//!   own, by more than the anti-thrash margin, may take its GPUs, and so may
+//!   a job of its own team that declares a strictly higher priority (and no
+//!   longer a minimum runtime): `allot::preempt::may_preempt_with`.
 //! - Resumable jobs (Slurm's requeue flag) are requeued, others cancelled;
-//!   unallocated and lowest-ranked jobs are offered first; grace from
-//!   allot.conf's GraceTime, else the budget file's `grace`.
+//!   victims are offered unallocated first, then the fewest GPUs, then the
+//!   lowest-ranked (`allot::preempt::victim_order`); grace from allot.conf's
+//!   GraceTime, else the budget file's `grace`, and for an unallocated
+//!   victim at most the budget's `unallocated_grace` (`grace_for`).
 //!
 //! `preempt_p_preemptable` runs for every job on every scheduling pass: jobs
 //! that are not running are answered by the export layer with one field
@@ -16,10 +20,10 @@
 //! no locks.
 
 use allot::order::PRIORITY_BOTTOM;
-use allot::preempt::{may_preempt, preemption_order};
+use allot::preempt::{grace_for, may_preempt_with};
 use allot_slurm::config::AllotConf;
 use allot_slurm::job::Job;
-use allot_slurm::policy::{running_job, waiting_job};
+use allot_slurm::policy::{preempt_rules, running_job, victim_prio, waiting_job};
 use allot_slurm::snapshot::FollowerThread;
 use allot_slurm::{sys, Plugin, PreemptPlugin, PreemptQuery};
 
@@ -55,7 +59,7 @@ impl PreemptPlugin for PreemptAllot {
         let Some(s) = loaded.as_deref() else { return false };
         let running = running_job(&preemptee, &s.tree, s.rules);
         let waiting = waiting_job(&preemptor, &s.tree, s.rules);
-        let decision = may_preempt(&running, &waiting, allot_slurm::now(), &s.ranking);
+        let decision = may_preempt_with(&running, &waiting, allot_slurm::now(), &s.ranking, preempt_rules(&s.tree));
         if decision.allowed() {
             log::debug!("JobId={} may preempt JobId={}: {decision}", preemptor.id(), preemptee.id());
         }
@@ -73,15 +77,26 @@ impl PreemptPlugin for PreemptAllot {
             }
             PreemptQuery::Prio(prio) => {
                 *prio = match (job, snapshot) {
-                    (Some(j), Some(s)) => preemption_order(&running_job(&j, &s.tree, s.rules), &s.ranking),
+                    (Some(j), Some(s)) => victim_prio(&j, &s.tree, s.rules, &s.ranking),
                     _ => PRIORITY_BOTTOM,
                 }
             }
             PreemptQuery::GraceTime(grace) => {
-                *grace = match (self.conf.grace_time, snapshot) {
-                    (Some(g), _) => g,
-                    (None, Some(s)) => s.tree.settings.grace.clamp(0, u32::MAX as i64) as u32,
-                    (None, None) => 60,
+                *grace = match snapshot {
+                    Some(s) => {
+                        // allot.conf's GraceTime, else the budget's grace; an
+                        // unallocated victim gets `unallocated_grace` at most.
+                        let mut settings = s.tree.settings.clone();
+                        if let Some(g) = self.conf.grace_time {
+                            settings.grace = g as i64;
+                        }
+                        match job {
+                            Some(j) => grace_for(&running_job(&j, &s.tree, s.rules), &settings),
+                            None => settings.grace,
+                        }
+                        .clamp(0, u32::MAX as i64) as u32
+                    }
+                    None => self.conf.grace_time.unwrap_or(60),
                 };
                 log::debug!("grace time of {:?}: {} s", job, *grace);
             }
