@@ -30,7 +30,7 @@ use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
 use allot_ledger::{ContractRow, EventRow, LeafUsage, Ledger, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
-use allot_slurm::policy::{contract_of, leaf_of, pending_job, running_job};
+use allot_slurm::policy::{contract_of, contract_of_comment, leaf_of, pending_job, running_job};
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
 use crate::runs::{Ended, Ending, Observed, RunBook};
@@ -78,7 +78,7 @@ impl RunEnd {
 /// slurmctld's memory grow without end.
 #[derive(Default)]
 pub struct RunEnds {
-    queue: Mutex<(Vec<RunEnd>, u64)>,
+    queue: Mutex<(std::collections::VecDeque<RunEnd>, u64)>,
 }
 
 const RUN_ENDS_MAX: usize = 1_000_000;
@@ -87,14 +87,14 @@ impl RunEnds {
     pub fn push(&self, end: RunEnd) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if q.0.len() >= RUN_ENDS_MAX {
-            q.0.remove(0);
+            q.0.pop_front();
             q.1 += 1;
         }
-        q.0.push(end);
+        q.0.push_back(end);
     }
     fn take(&self) -> (Vec<RunEnd>, u64) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        (std::mem::take(&mut q.0), std::mem::take(&mut q.1))
+        (std::mem::take(&mut q.0).into(), std::mem::take(&mut q.1))
     }
 }
 
@@ -499,10 +499,7 @@ impl Worker {
         }
         let book = self.book.as_mut().expect("set before the first recompute");
         for e in ends {
-            let contract = allot::contract::parse_comment(e.comment.as_deref().unwrap_or(""), rules).map(|p| p.contract).unwrap_or(allot::contract::Contract {
-                min_runtime: rules.default_min_runtime,
-                priority: Default::default(),
-            });
+            let contract = contract_of_comment(e.comment.as_deref(), rules);
             let leaf = e.account.as_deref().and_then(|a| tree.leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
             let user = self.names.of(e.user_id);
             book.run_ended(

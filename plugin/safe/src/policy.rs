@@ -13,7 +13,12 @@ use crate::job::Job;
 /// predates allot) falls back to the cluster default, with the declared
 /// priority lost: the job keeps running under the rules in force.
 pub fn contract_of(job: &Job<'_>, rules: ContractRules) -> Contract {
-    parse_comment(job.comment().unwrap_or(""), rules).map(|p| p.contract).unwrap_or(Contract {
+    contract_of_comment(job.comment(), rules)
+}
+
+/// The same, from a comment copied out of a job record.
+pub fn contract_of_comment(comment: Option<&str>, rules: ContractRules) -> Contract {
+    parse_comment(comment.unwrap_or(""), rules).map(|p| p.contract).unwrap_or(Contract {
         min_runtime: rules.default_min_runtime,
         priority: Default::default(),
     })
