@@ -14,6 +14,11 @@
 //! default_min_runtime = "1h" # a job that declares none gets this
 //! grace = "5m"               # signal-to-kill time at preemption
 //! preempt_margin = 0.1       # anti-thrash margin (see `preempt`)
+//! preempt_within_team = true # a teammate's higher priority may preempt
+//! preempt_smallest_first = true # victims holding the fewest GPUs first
+//! unallocated_grace = "0s"   # grace of a min_runtime=0 victim
+//! small_job_gpus = 8         # a job of at most 8 GPUs ...
+//! small_job_min_runtime = "30m" # ... and 30 min guarantee needs no margin
 //!
 //! [default_leaf]             # for users who are members of several leaves
 //! dave = "vision/detection/tracking"
@@ -86,6 +91,13 @@ pub struct ClusterSettings {
     /// runs unallocated (`min_runtime=0`); never more than `grace` (see
     /// [`crate::preempt::grace_for`]).
     pub unallocated_grace: Seconds,
+    /// A waiting job of at most this many GPUs and a minimum runtime of at
+    /// most `small_job_min_runtime` is small: it preempts another leaf's job
+    /// past its minimum runtime with no margin (see [`crate::preempt`], rule
+    /// 4). 0: no job is small.
+    pub small_job_gpus: u32,
+    /// See `small_job_gpus`.
+    pub small_job_min_runtime: Seconds,
 }
 
 impl Default for ClusterSettings {
@@ -100,6 +112,8 @@ impl Default for ClusterSettings {
             preempt_within_team: true,
             preempt_smallest_first: true,
             unallocated_grace: 0,
+            small_job_gpus: 8,
+            small_job_min_runtime: 30 * 60,
         }
     }
 }
@@ -122,6 +136,7 @@ impl ClusterSettings {
             ("default_min_runtime", self.default_min_runtime),
             ("grace", self.grace),
             ("unallocated_grace", self.unallocated_grace),
+            ("small_job_min_runtime", self.small_job_min_runtime),
         ] {
             if value < 0 {
                 broken.push(SettingsError::Negative { field, value });
@@ -309,7 +324,7 @@ impl fmt::Display for BudgetErrors {
 impl std::error::Error for BudgetErrors {}
 
 const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
-const CLUSTER_FIELDS: [&str; 9] = [
+const CLUSTER_FIELDS: [&str; 11] = [
     "gpus",
     "lookback",
     "min_runtime_cap",
@@ -319,6 +334,8 @@ const CLUSTER_FIELDS: [&str; 9] = [
     "preempt_margin",
     "preempt_within_team",
     "preempt_smallest_first",
+    "small_job_gpus",
+    "small_job_min_runtime",
 ];
 const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
 
@@ -456,6 +473,15 @@ impl Parser<'_> {
         };
         let preempt_within_team = self.flag(table, "preempt_within_team", defaults.preempt_within_team);
         let preempt_smallest_first = self.flag(table, "preempt_smallest_first", defaults.preempt_smallest_first);
+        let small_job_gpus = match table.get("small_job_gpus").map(|i| i.as_integer()) {
+            None => defaults.small_job_gpus,
+            Some(Some(n)) if (0..=u32::MAX as i64).contains(&n) => n as u32,
+            Some(_) => {
+                self.error(Self::key_span(table, "small_job_gpus"), "cluster.small_job_gpus", "must be a whole number of GPUs, 0 or more (0: no job counts as small)");
+                defaults.small_job_gpus
+            }
+        };
+        let small_job_min_runtime = self.duration(table, "small_job_min_runtime", defaults.small_job_min_runtime);
         let settings = ClusterSettings {
             gpus,
             lookback,
@@ -466,6 +492,8 @@ impl Parser<'_> {
             preempt_within_team,
             preempt_smallest_first,
             unallocated_grace,
+            small_job_gpus,
+            small_job_min_runtime,
         };
         // The rules on the values themselves (a value that could not be read
         // has its error already, and the default in its place).
@@ -957,6 +985,11 @@ impl BudgetTree {
         setting("default_min_runtime", format_duration(o.default_min_runtime), format_duration(n.default_min_runtime));
         setting("grace", format_duration(o.grace), format_duration(n.grace));
         setting("preempt_margin", o.preempt_margin.to_string(), n.preempt_margin.to_string());
+        setting("preempt_within_team", o.preempt_within_team.to_string(), n.preempt_within_team.to_string());
+        setting("preempt_smallest_first", o.preempt_smallest_first.to_string(), n.preempt_smallest_first.to_string());
+        setting("unallocated_grace", format_duration(o.unallocated_grace), format_duration(n.unallocated_grace));
+        setting("small_job_gpus", o.small_job_gpus.to_string(), n.small_job_gpus.to_string());
+        setting("small_job_min_runtime", format_duration(o.small_job_min_runtime), format_duration(n.small_job_min_runtime));
 
         let leaf_path = |t: &BudgetTree, l: Option<&LeafId>| l.map(|&l| t.leaf_node(l).path.clone());
         let users: BTreeSet<&String> = old.default_leaf.keys().chain(self.default_leaf.keys()).collect();
@@ -1241,6 +1274,12 @@ members = ["*"]
         assert_eq!(got, vec![(Some(2), "cluster.preempt_within_team", "must be true or false")]);
         assert_eq!(BudgetTree::parse(&format!("[cluster]\nunallocated_grace = \"30s\"\n{budget}")).unwrap().settings.unallocated_grace, 30);
         assert_eq!(errors(&format!("[cluster]\nunallocated_grace = \"-1m\"\n{budget}"))[0].field, "cluster.unallocated_grace");
+        let t = BudgetTree::parse(&format!("[cluster]\nsmall_job_gpus = 2\nsmall_job_min_runtime = \"15m\"\n{budget}")).unwrap();
+        assert_eq!((t.settings.small_job_gpus, t.settings.small_job_min_runtime), (2, 900));
+        let e = errors(&format!("[cluster]\nsmall_job_gpus = -1\nsmall_job_min_runtime = \"-5m\"\n{budget}"));
+        let got: Vec<(Option<usize>, &str)> = e.iter().map(|e| (e.line, e.field.as_str())).collect();
+        assert_eq!(got, vec![(Some(2), "cluster.small_job_gpus"), (Some(3), "cluster.small_job_min_runtime")]);
+        assert!(e[0].message.contains("whole number of GPUs"), "{}", e[0].message);
     }
 
     #[test]

@@ -10,7 +10,10 @@
 //!    than the **anti-thrash margin**: at the level where their paths in the
 //!    budget tree part, the running side's ratio (occupancy / allocation)
 //!    must exceed the waiting side's by more than `preempt_margin` (default
-//!    0.1, a tenth of an allocation);
+//!    0.1, a tenth of an allocation). A **small job** (at most
+//!    `small_job_gpus` GPUs, default 8, and a minimum runtime of at most
+//!    `small_job_min_runtime`, default 30 minutes) needs no margin: the
+//!    running side's ratio must only exceed its own;
 //! 5. a job of the **same leaf** preempts it only if the waiting job's
 //!    declared priority is strictly higher (low < normal < high) **and** the
 //!    waiting job declares a minimum runtime no longer than the running
@@ -40,6 +43,17 @@
 //!   the job that preempted it first (its next run is protected that long),
 //!   and a long-protected high-priority job cannot evict a teammate that
 //!   promised to yield sooner than it will.
+//!
+//! Why no margin for small jobs: the margin stops two large allocations from
+//! trading GPUs back and forth each time a minimum runtime ends. A small
+//! job's GPUs and guarantee are too small to reverse the order it relies on
+//! (a GPU for 30 minutes moves a share of a few GPUs over a 7-day window by
+//! thousandths), and its victim has had its whole minimum runtime, its next
+//! run protected again. Without this rule a debug job waits whenever its
+//! own team has nothing past its minimum runtime and every team sits within
+//! the margin of its share, which at sustained load is most of the time.
+//! What the rule costs is the victims' work since their last checkpoint;
+//! the simulator reports it (GPU-hours lost).
 //!
 //! [`victim_order`] ranks the running jobs offered up for preemption (Slurm's
 //! preempt `PRIO`, lowest first) from each job alone, since Slurm asks it
@@ -91,6 +105,8 @@ impl RunningJob {
 pub struct WaitingJob {
     pub leaf: Option<LeafId>,
     pub contract: Contract,
+    /// GPUs it asks for (all nodes together).
+    pub gpus: u32,
 }
 
 impl WaitingJob {
@@ -100,13 +116,19 @@ impl WaitingJob {
 }
 
 /// Which of the switchable rules apply: the budget's `[cluster]` settings
-/// `preempt_within_team` and `preempt_smallest_first`.
+/// `preempt_within_team`, `preempt_smallest_first`, `small_job_gpus` and
+/// `small_job_min_runtime`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PreemptRules {
     /// Rule 5 of [`may_preempt`]: within a leaf, by declared priority.
     pub within_team: bool,
     /// [`victim_order`]: the fewest GPUs first (off: [`preemption_order`]).
     pub smallest_first: bool,
+    /// Rule 4 for small jobs: a waiting job of at most this many GPUs...
+    /// (0: no job is small; every job needs the margin).
+    pub small_job_gpus: u32,
+    /// ... and a minimum runtime of at most this many seconds needs no margin.
+    pub small_job_min_runtime: i64,
 }
 
 impl Default for PreemptRules {
@@ -117,7 +139,28 @@ impl Default for PreemptRules {
 
 impl PreemptRules {
     pub fn from_settings(s: &ClusterSettings) -> PreemptRules {
-        PreemptRules { within_team: s.preempt_within_team, smallest_first: s.preempt_smallest_first }
+        PreemptRules {
+            within_team: s.preempt_within_team,
+            smallest_first: s.preempt_smallest_first,
+            small_job_gpus: s.small_job_gpus,
+            small_job_min_runtime: s.small_job_min_runtime,
+        }
+    }
+
+    /// Whether `job` is a small job (rule 4 without the margin): allocated,
+    /// at most `small_job_gpus` GPUs and a minimum runtime of at most
+    /// `small_job_min_runtime`.
+    pub fn is_small(&self, job: &WaitingJob) -> bool {
+        job.is_allocated() && job.gpus <= self.small_job_gpus && job.contract.min_runtime <= self.small_job_min_runtime
+    }
+
+    /// The margin rule 4 asks of `job` against another leaf's running job.
+    pub fn margin_for(&self, job: &WaitingJob, ranking: &Ranking) -> f64 {
+        if self.is_small(job) {
+            0.0
+        } else {
+            ranking.preempt_margin
+        }
     }
 }
 
@@ -156,6 +199,7 @@ pub struct Comparison {
     /// The waiting job's side.
     pub preemptor_node: NodeId,
     pub preemptor_ratio: f64,
+    /// The margin asked: the ranking's, or 0 for a small job.
     pub margin: f64,
 }
 
@@ -169,6 +213,11 @@ impl fmt::Display for PreemptDecision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PreemptDecision::YesUnallocated => write!(f, "the running job is unallocated (min_runtime=0) and an allocated job needs its GPUs"),
+            PreemptDecision::YesOutranked(c) if c.margin == 0.0 => write!(
+                f,
+                "its allocation has used {:.3} of its share in the window, the waiting job's {:.3}, and the waiting job is small (no margin)",
+                c.preemptee_ratio, c.preemptor_ratio
+            ),
             PreemptDecision::YesOutranked(c) => write!(
                 f,
                 "its allocation has used {:.3} of its share in the window, the waiting job's {:.3}: more than the margin of {} apart",
@@ -210,7 +259,8 @@ pub fn may_preempt(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime
 }
 
 /// Whether `preemptor` may take `preemptee`'s GPUs at `now` (rules 1 to 5
-/// of the module's documentation; rule 5 only if `rules.within_team`). The
+/// of the module's documentation; rule 5 only if `rules.within_team`; no
+/// margin in rule 4 for a small preemptor, [`PreemptRules::is_small`]). The
 /// answer depends on the two jobs, `now` and the ranking alone.
 pub fn may_preempt_with(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime, ranking: &Ranking, rules: PreemptRules) -> PreemptDecision {
     if !preemptor.is_allocated() {
@@ -230,7 +280,7 @@ pub fn may_preempt_with(preemptee: &RunningJob, preemptor: &WaitingJob, now: Uni
     if victim == waiting {
         return if rules.within_team { within_team(&preemptee.contract, &preemptor.contract) } else { PreemptDecision::NoSameAllocation };
     }
-    outranks(victim, waiting, ranking)
+    outranks_by(victim, waiting, ranking, rules.margin_for(preemptor, ranking))
 }
 
 /// Rule 5 of [`may_preempt`] alone: may an allocated job with contract
@@ -246,11 +296,18 @@ pub fn within_team(victim: &Contract, waiting: &Contract) -> PreemptDecision {
     PreemptDecision::YesHigherPriority { preemptee: victim.priority, preemptor: waiting.priority }
 }
 
-/// Rule 4 of [`may_preempt`] alone: may an allocated job of leaf `waiting`
-/// take the GPUs of an allocated, no longer protected job of leaf `victim`?
-/// Past protection the answer depends only on the two leaves, so a caller
-/// deciding for many jobs at once (the simulator) asks once per leaf pair.
+/// Rule 4 of [`may_preempt`] alone, with the ranking's margin: may an
+/// allocated job of leaf `waiting` take the GPUs of an allocated, no longer
+/// protected job of leaf `victim`? Past protection the answer depends only
+/// on the two leaves (and whether the waiting job is small: [`outranks_by`]
+/// with [`PreemptRules::margin_for`]), so a caller deciding for many jobs at
+/// once (the simulator) asks once per leaf pair.
 pub fn outranks(victim: LeafId, waiting: LeafId, ranking: &Ranking) -> PreemptDecision {
+    outranks_by(victim, waiting, ranking, ranking.preempt_margin)
+}
+
+/// [`outranks`] with the margin given.
+pub fn outranks_by(victim: LeafId, waiting: LeafId, ranking: &Ranking, margin: f64) -> PreemptDecision {
     if victim as usize >= ranking.leaves() || waiting as usize >= ranking.leaves() {
         // A leaf this ranking does not know (the budget just changed): keep
         // the running job until the next ranking says otherwise.
@@ -264,7 +321,7 @@ pub fn outranks(victim: LeafId, waiting: LeafId, ranking: &Ranking) -> PreemptDe
         preemptee_ratio: ranking.standings[victim_node as usize].ratio,
         preemptor_node: waiting_node,
         preemptor_ratio: ranking.standings[waiting_node as usize].ratio,
-        margin: ranking.preempt_margin,
+        margin,
     };
     if c.preemptee_ratio - c.preemptor_ratio > c.margin {
         PreemptDecision::YesOutranked(c)
@@ -358,8 +415,8 @@ mod tests {
         // 1 GPU, 10 h window: each team owns 5 GPU-hours. a used 4, b 1.
         let r = Ranking::compute(&t, &[4 * h, h], 1, 100 * h);
         let a_running = RunningJob { leaf: Some(0), contract: contract(2 * h), run_start: 97 * h };
-        let b_waiting = WaitingJob { leaf: Some(1), contract: contract(h) };
-        let free_waiting = WaitingJob { leaf: Some(1), contract: contract(0) };
+        let b_waiting = WaitingJob { leaf: Some(1), contract: contract(h), gpus: 8 };
+        let free_waiting = WaitingJob { leaf: Some(1), contract: contract(0), gpus: 8 };
         let free_running = RunningJob { leaf: Some(1), contract: contract(0), run_start: 99 * h };
 
         assert_eq!(may_preempt(&a_running, &free_waiting, 100 * h, &r), PreemptDecision::NoPreemptorUnallocated);
@@ -369,10 +426,10 @@ mod tests {
         assert!(may_preempt(&a_running, &b_waiting, 100 * h, &r).allowed());
         // The other way round: b is under-served, a may not take its GPUs.
         let b_running = RunningJob { leaf: Some(1), contract: contract(h), run_start: 0 };
-        let a_waiting = WaitingJob { leaf: Some(0), contract: contract(h) };
+        let a_waiting = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8 };
         assert!(matches!(may_preempt(&b_running, &a_waiting, 100 * h, &r), PreemptDecision::NoNotOutranked(_)));
         // Same leaf, same priority: never (rule 5 or not).
-        let a_waiting_too = WaitingJob { leaf: Some(0), contract: contract(h) };
+        let a_waiting_too = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8 };
         let off = PreemptRules { within_team: false, ..PreemptRules::default() };
         assert_eq!(may_preempt_with(&a_running, &a_waiting_too, 100 * h, &r, off), PreemptDecision::NoSameAllocation);
         assert!(matches!(may_preempt(&a_running, &a_waiting_too, 100 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
@@ -389,28 +446,56 @@ mod tests {
         let at = |m: i64, p: PriorityLevel| Contract { min_runtime: m, priority: p };
         use PriorityLevel::*;
         let training = RunningJob { leaf: Some(0), contract: at(2 * h, Normal), run_start: 97 * h };
-        let debug = WaitingJob { leaf: Some(0), contract: at(600, High) };
+        let debug = WaitingJob { leaf: Some(0), contract: at(600, High), gpus: 8 };
         // Inside the victim's minimum runtime: no.
         assert_eq!(may_preempt(&training, &debug, 98 * h, &r), PreemptDecision::NoProtected { until: 99 * h });
         // Past it, strictly higher priority, shorter guarantee: yes.
         assert_eq!(may_preempt(&training, &debug, 99 * h, &r), PreemptDecision::YesHigherPriority { preemptee: Normal, preemptor: High });
         // Off: same leaf never.
-        let off = PreemptRules { within_team: false, smallest_first: true };
+        let off = PreemptRules { within_team: false, ..PreemptRules::default() };
         assert_eq!(may_preempt_with(&training, &debug, 99 * h, &r, off), PreemptDecision::NoSameAllocation);
         // A longer guarantee than the victim's: no.
-        let long = WaitingJob { leaf: Some(0), contract: at(3 * h, High) };
+        let long = WaitingJob { leaf: Some(0), contract: at(3 * h, High), gpus: 8 };
         assert!(matches!(may_preempt(&training, &long, 99 * h, &r), PreemptDecision::NoSameLeafLongerGuarantee { .. }));
         // Equal or lower priority: no; and never the other way round.
         for p in [Low, Normal] {
-            let w = WaitingJob { leaf: Some(0), contract: at(600, p) };
+            let w = WaitingJob { leaf: Some(0), contract: at(600, p), gpus: 8 };
             assert!(matches!(may_preempt(&training, &w, 99 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
         }
         let debug_running = RunningJob { leaf: Some(0), contract: at(600, High), run_start: 0 };
-        let training_waiting = WaitingJob { leaf: Some(0), contract: at(600, Normal) };
+        let training_waiting = WaitingJob { leaf: Some(0), contract: at(600, Normal), gpus: 8 };
         assert!(!may_preempt(&debug_running, &training_waiting, 99 * h, &r).allowed());
         // Another leaf's high priority counts for nothing: rule 4 decides (equal use, within the margin).
-        let other = WaitingJob { leaf: Some(1), contract: at(600, High) };
+        let other = WaitingJob { leaf: Some(1), contract: at(600, High), gpus: 8 };
         assert!(matches!(may_preempt(&training, &other, 99 * h, &r), PreemptDecision::NoNotOutranked(_)));
+    }
+
+    #[test]
+    fn small_jobs_of_another_leaf_need_no_margin() {
+        let t = tree();
+        let h = 3600;
+        // a 0.54, b 0.46 of their shares: within the margin of 0.1.
+        let r = Ranking::compute(&t, &[27 * h / 10, 23 * h / 10], 1, 100 * h);
+        let training = RunningJob { leaf: Some(0), contract: contract(2 * h), run_start: 0 };
+        let b_job = |gpus, min_runtime| WaitingJob { leaf: Some(1), contract: contract(min_runtime), gpus };
+        let rules = PreemptRules::default();
+        assert_eq!((rules.small_job_gpus, rules.small_job_min_runtime), (8, 1800));
+        // Small (at most 8 GPUs, at most 30 minutes): no margin.
+        let d = may_preempt_with(&training, &b_job(1, 600), 100 * h, &r, rules);
+        assert!(matches!(d, PreemptDecision::YesOutranked(c) if c.margin == 0.0), "{d:?}");
+        assert!(d.to_string().contains("small"), "{d}");
+        assert!(may_preempt_with(&training, &b_job(8, 1800), 100 * h, &r, rules).allowed());
+        // Not small: the margin.
+        assert!(matches!(may_preempt_with(&training, &b_job(9, 600), 100 * h, &r, rules), PreemptDecision::NoNotOutranked(c) if c.margin == 0.1));
+        assert!(!may_preempt_with(&training, &b_job(1, 1801), 100 * h, &r, rules).allowed());
+        assert!(!may_preempt_with(&training, &b_job(1, 600), 100 * h, &r, PreemptRules { small_job_gpus: 0, ..rules }).allowed());
+        // Still protected, and never an unallocated preemptor.
+        assert!(!may_preempt_with(&training, &b_job(1, 600), h, &r, rules).allowed());
+        assert!(!may_preempt_with(&training, &b_job(1, 0), 100 * h, &r, rules).allowed());
+        // Never the other way round: a's small job does not take b's GPUs.
+        let b_running = RunningJob { leaf: Some(1), contract: contract(2 * h), run_start: 0 };
+        let a_small = WaitingJob { leaf: Some(0), contract: contract(600), gpus: 1 };
+        assert!(!may_preempt_with(&b_running, &a_small, 100 * h, &r, rules).allowed());
     }
 
     #[test]

@@ -376,3 +376,41 @@ fn t10_a_teams_high_priority_job_preempts_its_own_normal_job_only_past_its_minim
     let events = c.ledger().events_of_job(preempted[0]).unwrap();
     assert!(events.iter().any(|e| e.kind == "preempted"), "{events:?}");
 }
+
+#[test]
+fn t11_a_small_job_of_a_less_used_team_preempts_without_the_margin_a_large_one_does_not() {
+    // A margin of half an allocation: team A, holding every GPU, stays
+    // within it for the whole test (an allocation is 8 GPU-hours of the
+    // 1-hour window; A's 32 GPUs take 7.5 minutes to use half of it).
+    let budget = BUDGET.replace("preempt_margin = 0.05", "preempt_margin = 0.5");
+    let c = TestCluster::start("smalljob", &budget, Options::default());
+    let a: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=20s", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("team A runs", secs(30), || a.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    let started = now();
+    // Team B (unused, so below A but within the margin): a large job (a
+    // guarantee over small_job_min_runtime) and a small one (1 GPU, 10 s),
+    // first in B's order as debug jobs declare. (Slurm gives GPUs that a
+    // preemption frees to the first job in the order that fits, not to the
+    // preemptor: a large job ahead of it would take them.)
+    let large = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=1h", &sleep_job(600)]).unwrap();
+    let small = c.sbatch("bob", &["--gres=gpu:1", "--comment=debug min_runtime=10s priority=high", &sleep_job(600)]).unwrap();
+    // Inside A's minimum runtime nothing moves.
+    while now() < started + 15 {
+        assert_eq!(c.job(small).state(), "PENDING", "the small job started inside A's minimum runtime");
+        assert!(a.iter().all(|&j| c.job(j).restarts() == 0), "an A job was preempted inside its minimum runtime");
+        std::thread::sleep(secs(2));
+    }
+    // After it, the small job takes one A job's GPUs: B is below A, and a
+    // small job asks no margin.
+    c.wait_state(small, "RUNNING", secs(60));
+    assert!(now() >= started + 20, "the small job started before A's minimum runtime was over");
+    let preempted: Vec<u32> = a.iter().copied().filter(|&j| c.job(j).restarts() == 1).collect();
+    assert_eq!(preempted.len(), 1, "exactly one A job made room: {preempted:?}");
+    let events = c.ledger().events_of_job(preempted[0]).unwrap();
+    assert!(events.iter().any(|e| e.kind == "preempted"), "{events:?}");
+    // The large job needs the margin: it waits, and no other A job goes.
+    std::thread::sleep(secs(20));
+    assert_eq!(c.job(large).state(), "PENDING", "a large job preempted within the margin");
+    assert_eq!(a.iter().filter(|&&j| c.job(j).restarts() >= 1).count(), 1, "a second A job was preempted");
+    assert_eq!(c.job(small).restarts(), 0);
+}

@@ -254,16 +254,16 @@ fn arb_pair() -> impl Strategy<Value = (RunningJob, WaitingJob, i64, PreemptRule
         arb_contract(),
         0i64..10 * 3600,
         0i64..20 * 3600,
-        any::<bool>(),
-        any::<bool>(),
+        (any::<bool>(), any::<bool>()),
+        (1u32..64, prop_oneof![Just(0u32), 1u32..16], 0i64..4 * 3600),
     )
-        .prop_map(|(lv, lw, cv, cw, start, now, within_team, smallest_first)| {
+        .prop_map(|(lv, lw, cv, cw, start, now, (within_team, smallest_first), (gpus, small_job_gpus, small_job_min_runtime))| {
             let lw = if lv.is_some() && lw.is_some() && now % 2 == 0 { lv } else { lw }; // same leaf half the time
             (
                 RunningJob { leaf: lv, contract: cv, run_start: start },
-                WaitingJob { leaf: lw, contract: cw },
+                WaitingJob { leaf: lw, contract: cw, gpus },
                 now,
-                PreemptRules { within_team, smallest_first },
+                PreemptRules { within_team, smallest_first, small_job_gpus, small_job_min_runtime },
             )
         })
 }
@@ -307,7 +307,7 @@ proptest! {
             prop_assert!(waiting.contract.min_runtime <= victim.contract.min_runtime, "{d:?}");
             // Never the other way round: the victim can never take the preemptor's GPUs back.
             let back = RunningJob { leaf: waiting.leaf, contract: waiting.contract, run_start: 0 };
-            let victim_waiting = WaitingJob { leaf: victim.leaf, contract: victim.contract };
+            let victim_waiting = WaitingJob { leaf: victim.leaf, contract: victim.contract, gpus: waiting.gpus };
             prop_assert!(!may_preempt_with(&back, &victim_waiting, i64::MAX / 4, &r, rules).allowed());
         }
         if same && victim.is_allocated() && !rules.within_team {
@@ -321,6 +321,38 @@ proptest! {
             }
             let flipped = PreemptRules { within_team: !rules.within_team, ..rules };
             prop_assert_eq!(may_preempt_with(&victim, &waiting, now, &r, flipped), d);
+        }
+    }
+
+    /// Rule 4 for small jobs: between leaves a small waiting job asks no
+    /// margin, any other the ranking's; either way the victim's side must be
+    /// above the waiting side (never an under-served victim), and a job that
+    /// may preempt as a large job may as a small one. Within a leaf the
+    /// small-job settings change nothing.
+    #[test]
+    fn small_jobs_preempt_other_leaves_without_the_margin(
+        (victim, waiting, now, rules) in arb_pair(),
+        usage in prop::collection::vec(0i64..200_000, 4),
+    ) {
+        let (_, r) = four_leaves(&usage);
+        let d = may_preempt_with(&victim, &waiting, now, &r, rules);
+        let small = rules.is_small(&waiting);
+        prop_assert_eq!(small, waiting.is_allocated() && waiting.gpus <= rules.small_job_gpus && waiting.contract.min_runtime <= rules.small_job_min_runtime);
+        if let PreemptDecision::YesOutranked(c) | PreemptDecision::NoNotOutranked(c) = d {
+            prop_assert_eq!(c.margin, if small { 0.0 } else { r.preempt_margin });
+            prop_assert_eq!(d.allowed(), c.preemptee_ratio - c.preemptor_ratio > c.margin);
+        }
+        if d.allowed() && victim.is_allocated() && victim.leaf != waiting.leaf {
+            let PreemptDecision::YesOutranked(c) = d else { panic!("{d:?}") };
+            prop_assert!(c.preemptee_ratio > c.preemptor_ratio, "{c:?}");
+        }
+        let none_small = PreemptRules { small_job_gpus: 0, ..rules };
+        let every_small = PreemptRules { small_job_gpus: u32::MAX, small_job_min_runtime: i64::MAX, ..rules };
+        if may_preempt_with(&victim, &waiting, now, &r, none_small).allowed() {
+            prop_assert!(may_preempt_with(&victim, &waiting, now, &r, every_small).allowed());
+        }
+        if victim.leaf == waiting.leaf {
+            prop_assert_eq!(may_preempt_with(&victim, &waiting, now, &r, every_small), may_preempt_with(&victim, &waiting, now, &r, none_small));
         }
     }
 
@@ -340,7 +372,7 @@ proptest! {
         unallocated_grace in 0i64..7200,
     ) {
         let (t, r) = four_leaves(&usage);
-        let rules = PreemptRules { within_team: true, smallest_first: true };
+        let rules = PreemptRules { within_team: true, smallest_first: true, ..PreemptRules::default() };
         let (oa, ob) = (victim_order(&a, ga, ra, &r, rules), victim_order(&b, gb, rb, &r, rules));
         let class = |j: &RunningJob, res: bool| if !j.is_allocated() { 0 } else if res { 1 } else { 2 };
         let (ca, cb) = (class(&a, ra), class(&b, rb));

@@ -99,6 +99,17 @@ fn show(ledger_path: &Path, node: Option<&str>, version: Option<i64>) -> anyhow:
         allot::duration::format_duration(s.grace),
         s.preempt_margin
     );
+    let small = if s.small_job_gpus == 0 {
+        "none".to_owned()
+    } else {
+        format!("at most {} GPUs and min_runtime {}, no margin", s.small_job_gpus, allot::duration::format_duration(s.small_job_min_runtime))
+    };
+    println!(
+        "preemption: within a team by priority {}, smallest victims first {}, unallocated grace {}, small jobs: {small}",
+        if s.preempt_within_team { "on" } else { "off" },
+        if s.preempt_smallest_first { "on" } else { "off" },
+        allot::duration::format_duration(s.unallocated_grace),
+    );
     if let Some((_, at)) = &ranking {
         println!("usage: window ending {} (USED = share of its allocation used; RANK = fair-share order of leaves)", crate::format_time(*at));
     }

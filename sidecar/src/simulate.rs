@@ -162,6 +162,12 @@ struct RunArgs {
     /// Offer victims smallest first: unallocated, then fewest GPUs (budget default true; false: by leaf rank).
     #[arg(long)]
     preempt_smallest_first: Option<bool>,
+    /// Jobs of at most this many GPUs (and at most --small-job-min-runtime) preempt other teams with no margin (budget default 8; 0: none).
+    #[arg(long)]
+    small_job_gpus: Option<u32>,
+    /// See --small-job-gpus (budget default 30m).
+    #[arg(long, value_parser = duration)]
+    small_job_min_runtime: Option<i64>,
     /// Resumable jobs checkpoint this often and lose the work since the last checkpoint when killed; 0: they checkpoint in their grace time and lose nothing.
     #[arg(long, value_parser = duration, default_value = "30m")]
     checkpoint_interval: i64,
@@ -391,6 +397,8 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "preempt_margin": tree.settings.preempt_margin,
                 "preempt_within_team": tree.settings.preempt_within_team,
                 "preempt_smallest_first": tree.settings.preempt_smallest_first,
+                "small_job_gpus": tree.settings.small_job_gpus,
+                "small_job_min_runtime_s": tree.settings.small_job_min_runtime,
                 "checkpoint_interval_s": a.checkpoint_interval,
                 "requeue_delay_s": a.requeue_delay,
                 "baseline_limit_factor": a.baseline_limit_factor,
@@ -467,6 +475,13 @@ fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bo
     }
     if let Some(v) = a.preempt_smallest_first {
         s.preempt_smallest_first = v;
+    }
+    if let Some(v) = a.small_job_gpus {
+        s.small_job_gpus = v;
+    }
+    if let Some(v) = a.small_job_min_runtime {
+        s.small_job_min_runtime = v;
+        given.push(("small_job_min_runtime", duration("--small-job-min-runtime", v)));
     }
     let Err(broken) = s.validate() else { return Ok(()) };
     let messages: Vec<String> = broken

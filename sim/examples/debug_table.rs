@@ -23,6 +23,11 @@ fn mechanisms() -> Vec<Mechanism> {
         s.preempt_within_team = false;
         s.preempt_smallest_first = false;
         s.unallocated_grace = s.grace;
+        s.small_job_gpus = 0;
+    }
+    /// Issue 10's first three mechanisms, without small jobs across teams.
+    fn three(c: &mut Config) {
+        c.tree.settings.small_job_gpus = 0;
     }
     vec![
         Mechanism { name: "allot before (none of the below)", apply: before },
@@ -49,7 +54,23 @@ fn mechanisms() -> Vec<Mechanism> {
                 c.tree.settings.unallocated_grace = 0;
             },
         },
-        Mechanism { name: "shipped: all three", apply: |_| {} },
+        Mechanism { name: "+ within team + smallest first + unallocated grace 0", apply: three },
+        Mechanism {
+            name: "+ small jobs across teams (8 GPUs, 30m)",
+            apply: |c| {
+                before(c);
+                let d = allot::budget::ClusterSettings::default();
+                c.tree.settings.small_job_gpus = d.small_job_gpus;
+            },
+        },
+        Mechanism { name: "shipped: all four", apply: |_| {} },
+        Mechanism {
+            name: "shipped, small jobs 2 GPUs 15m",
+            apply: |c| {
+                c.tree.settings.small_job_gpus = 2;
+                c.tree.settings.small_job_min_runtime = 15 * 60;
+            },
+        },
         Mechanism { name: "shipped, bf_max_job_test 5000", apply: |c| c.bf_max_job_test = 5000 },
         Mechanism { name: "shipped, bf_interval 10s", apply: |c| c.bf_interval = 10 },
         Mechanism { name: "shipped, checkpoint in grace", apply: |c| c.checkpoint_interval = 0 },
@@ -81,7 +102,7 @@ fn row(variant: &str, name: &str, rs: &[Report]) -> String {
     let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = ratios.iter().copied().fold(0.0, f64::max);
     format!(
-        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} unallocated) | {:.0} | {} ({}) |",
+        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} by small jobs across teams, {} unallocated) | {:.0} | {} ({}) |",
         human(median(d.iter().map(|x| x.0).collect())),
         human(median(d.iter().map(|x| x.1).collect())),
         human(median(d.iter().map(|x| x.2).collect())),
@@ -91,6 +112,7 @@ fn row(variant: &str, name: &str, rs: &[Report]) -> String {
         100.0 * median(rs.iter().map(|r| r.occupancy).collect()),
         median(rs.iter().map(|r| r.preemptions).collect()),
         median(rs.iter().map(|r| r.preemptions_within_team).collect()),
+        median(rs.iter().map(|r| r.preemptions_by_small_jobs).collect()),
         median(rs.iter().map(|r| r.preemptions_of_unallocated).collect()),
         median(rs.iter().map(|r| r.gpu_hours_lost_to_preemption).collect()),
         rs.iter().map(|r| r.ping_pongs).sum::<usize>(),

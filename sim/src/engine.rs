@@ -40,7 +40,7 @@ use allot::fairshare::Ranking;
 use allot::occupancy::OccupancyWindow;
 use allot::order::{order_jobs, PendingJob};
 use allot::budget::LeafId;
-use allot::preempt::{grace_for, may_preempt_with, outranks, victim_order, within_team, PreemptRules, RunningJob, WaitingJob};
+use allot::preempt::{grace_for, may_preempt_with, outranks_by, victim_order, within_team, PreemptRules, RunningJob, WaitingJob};
 use serde::Serialize;
 
 use crate::cluster::{Buckets, ClusterSpec, Nodes};
@@ -395,8 +395,11 @@ pub(crate) struct Engine<'a> {
     /// preemption in that pass, its priority and minimum runtime: with
     /// preemption within a team, a job of lower priority or a longer
     /// minimum runtime may take fewer of its teammates' GPUs, never more).
-    leaf_fail: Vec<(u64, u32, PriorityLevel, i64)>,
-    /// Per waiting leaf: the leaves whose unprotected runs it may take (this pass).
+    /// And whether it was a small job (rule 4 without the margin: a small
+    /// job may take more than a larger one).
+    leaf_fail: Vec<(u64, u32, PriorityLevel, i64, bool)>,
+    /// Per preemption row (waiting leaf, small or not: `row_of`): the leaves
+    /// whose unprotected runs its jobs may take (this pass).
     allowed_list: Vec<Vec<u32>>,
     backfill_pending: bool,
     changed_since_backfill: bool,
@@ -415,10 +418,11 @@ pub(crate) struct Engine<'a> {
     passes: u64,
     preempt_searches: u64,
     // Per-pass caches (stamped with the pass number).
-    /// Per waiting leaf: (pass, signature of `allowed_list`) when last computed.
+    /// Per preemption row: (pass, signature of `allowed_list`) when last computed.
     victim_gpus_cache: Vec<(u64, u64)>,
-    /// `allowed[w * leaves + v]`: jobs of leaf `w` may take leaf `v`'s
-    /// unprotected runs (this pass, for the rows `victim_gpus` filled).
+    /// `allowed[row * leaves + v]`: jobs of preemption row `row` may take
+    /// leaf `v`'s unprotected runs (this pass, for the rows `victim_gpus`
+    /// filled).
     allowed: Vec<bool>,
     /// Per node: GPUs of free-for-all runs; unprotected GPUs per leaf
     /// (`[node * leaves + leaf]`) and in all.
@@ -489,8 +493,8 @@ impl<'a> Engine<'a> {
             workload,
             prepared,
             failed_search: vec![None; jobs.len()],
-            leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0); leaves],
-            allowed_list: vec![Vec::new(); leaves],
+            leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0, false); leaves],
+            allowed_list: vec![Vec::new(); 2 * leaves],
             jobs,
             nodes: Nodes::new(cfg.cluster),
             g: cfg.cluster.gpus_per_node,
@@ -528,8 +532,8 @@ impl<'a> Engine<'a> {
             events: 0,
             passes: 0,
             preempt_searches: 0,
-            victim_gpus_cache: vec![(u64::MAX, 0); leaves],
-            allowed: vec![false; leaves * leaves],
+            victim_gpus_cache: vec![(u64::MAX, 0); 2 * leaves],
+            allowed: vec![false; 2 * leaves * leaves],
             ffa_on: vec![0; cfg.cluster.nodes as usize],
             unprot_on: vec![0; cfg.cluster.nodes as usize * leaves],
             unprot_on_total: vec![0; cfg.cluster.nodes as usize],
@@ -1052,7 +1056,8 @@ impl<'a> Engine<'a> {
         if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
             // The group's jobs share leaf and priority, not minimum runtimes:
             // bound their teammates' GPUs by the most any of them may take.
-            let (victims, _) = self.cross_victim_gpus(head, ranking);
+            let leaf = self.jobs[head as usize].leaf as usize;
+            let (victims, _) = self.cross_victim_gpus_of_row(2 * leaf, true, ranking);
             let same = match st.group_same {
                 Some((cached, gpus)) if cached == g => gpus,
                 _ => {
@@ -1062,10 +1067,18 @@ impl<'a> Engine<'a> {
                 }
             };
             let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
+            if self.cfg.policy == PolicyKind::Allot && self.rules.small_job_gpus > 0 {
+                // Small jobs of the group (at most small_job_gpus GPUs) may
+                // take more: every other leaf below its victim, no margin.
+                let (small_victims, _) = self.cross_victim_gpus_of_row(2 * leaf + 1, true, ranking);
+                let small_room = (self.nodes.free_total() + small_victims + same).saturating_add(1);
+                room = room.max(small_room.min(self.rules.small_job_gpus.saturating_add(1)));
+            }
             if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
-                // A smaller job of this leaf found no room this pass.
-                let (stamp, fail_at, ..) = self.leaf_fail[self.jobs[head as usize].leaf as usize];
-                if stamp == self.passes {
+                // A smaller job of this leaf found no room this pass (a small
+                // one: no job of the leaf may take more).
+                let (stamp, fail_at, _, _, fail_small) = self.leaf_fail[leaf];
+                if stamp == self.passes && (fail_small || self.rules.small_job_gpus == 0) {
                     room = room.min(fail_at);
                 }
             }
@@ -1161,7 +1174,19 @@ impl<'a> Engine<'a> {
 
     fn waiting_view(&self, j: u32) -> WaitingJob {
         let job = &self.jobs[j as usize];
-        WaitingJob { leaf: Some(job.leaf), contract: job.contract }
+        WaitingJob { leaf: Some(job.leaf), contract: job.contract, gpus: job.held }
+    }
+
+    /// Whether `j` is a small job (`PreemptRules::is_small`: it preempts
+    /// other leaves with no margin).
+    fn is_small(&self, j: u32) -> bool {
+        self.rules.is_small(&self.waiting_view(j))
+    }
+
+    /// `j`'s preemption row: its leaf, and whether it is small. Jobs of one
+    /// row may take the same other leaves' runs.
+    fn row_of(&self, j: u32) -> usize {
+        self.jobs[j as usize].leaf as usize * 2 + usize::from(self.is_small(j))
     }
 
     /// Whether running job `v` may be preempted for `j` now: the policy's answer.
@@ -1183,13 +1208,14 @@ impl<'a> Engine<'a> {
     fn is_victim_by_books(&self, v: u32, j: u32) -> bool {
         let victim = &self.jobs[v as usize];
         let w = self.jobs[j as usize].leaf as usize;
+        let row = self.row_of(j);
         victim.status == Status::Running
             && (!victim.contract.is_allocated()
                 || (victim.unprotected
                     && if victim.leaf as usize == w {
                         self.same_leaf_possible(j) && within_team(&victim.contract, &self.jobs[j as usize].contract).allowed()
                     } else {
-                        self.allowed[w * self.leaves + victim.leaf as usize]
+                        self.allowed[row * self.leaves + victim.leaf as usize]
                     }))
     }
 
@@ -1219,42 +1245,50 @@ impl<'a> Engine<'a> {
 
     /// [`Self::victim_gpus`] without `j`'s own leaf.
     fn cross_victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
+        let allocated = self.jobs[j as usize].contract.is_allocated();
+        self.cross_victim_gpus_of_row(self.row_of(j), allocated, ranking)
+    }
+
+    /// [`Self::cross_victim_gpus`] for the jobs of preemption row `row`.
+    fn cross_victim_gpus_of_row(&mut self, row: usize, allocated: bool, ranking: Option<&Ranking>) -> (u32, u64) {
         let Some(r) = ranking else { return (self.free_for_all_gpus, 0) };
-        let w = self.jobs[j as usize].leaf as usize;
-        if self.victim_gpus_cache[w].0 == self.passes {
+        if self.victim_gpus_cache[row].0 == self.passes {
             // Which leaves is fixed for the pass (the ranking is); how many
             // of their GPUs are still running is not.
-            let gpus = self.free_for_all_gpus + self.allowed_list[w].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>();
-            return (gpus, self.victim_gpus_cache[w].1);
+            let gpus = self.free_for_all_gpus + self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>();
+            return (gpus, self.victim_gpus_cache[row].1);
         }
-        let waiting = self.waiting_view(j);
+        let (w, small) = (row / 2, row % 2 == 1);
+        // The margin of rule 4: none for small jobs.
+        let margin = if small { 0.0 } else { r.preempt_margin };
         let mut gpus = self.free_for_all_gpus;
         let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut list = std::mem::take(&mut self.allowed_list[w]);
+        let mut list = std::mem::take(&mut self.allowed_list[row]);
         list.clear();
         for v in 0..self.leaves {
             // Unprotected allocated runs of leaf v: the policy's answer for
-            // them depends only on the two leaves.
-            let allowed = waiting.is_allocated() && !self.unprotected[v].is_empty() && outranks(v as LeafId, w as LeafId, r).allowed();
-            self.allowed[w * self.leaves + v] = allowed;
+            // them depends only on the two leaves and the margin.
+            let allowed = allocated && !self.unprotected[v].is_empty() && outranks_by(v as LeafId, w as LeafId, r, margin).allowed();
+            self.allowed[row * self.leaves + v] = allowed;
             if allowed {
                 gpus += self.unprotected_gpus[v];
                 sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
                 list.push(v as u32);
             }
         }
-        self.allowed_list[w] = list;
-        self.victim_gpus_cache[w] = (self.passes, sig);
+        self.allowed_list[row] = list;
+        self.victim_gpus_cache[row] = (self.passes, sig);
         (gpus, sig)
     }
 
     /// GPUs of `j`'s possible victims on node `n`, from the books (an
     /// upper bound with `same`: every unprotected run of `j`'s own leaf).
-    fn reclaimable_on(&self, n: u32, w: usize, same: bool) -> u32 {
+    fn reclaimable_on(&self, n: u32, row: usize, same: bool) -> u32 {
+        let w = row / 2;
         let mut r = self.ffa_on[n as usize];
         if self.unprot_on_total[n as usize] > 0 {
             let base = n as usize * self.leaves;
-            for &v in &self.allowed_list[w] {
+            for &v in &self.allowed_list[row] {
                 r += self.unprot_on[base + v as usize];
             }
             if same {
@@ -1328,8 +1362,10 @@ impl<'a> Engine<'a> {
         // Room only shrinks during a pass: a smaller job of the same leaf,
         // with no fewer possible victims, found none.
         let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
-        let (stamp, fail_at, fail_prio, fail_minrt) = self.leaf_fail[w];
-        if stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) {
+        let small = self.is_small(j);
+        let row = self.row_of(j);
+        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
+        if stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small) {
             return None;
         }
         let fail = |this: &mut Self| {
@@ -1337,7 +1373,7 @@ impl<'a> Engine<'a> {
             let passes = this.passes;
             let e = &mut this.leaf_fail[w];
             if e.0 != passes || held < e.1 {
-                *e = (passes, held, prio, minrt);
+                *e = (passes, held, prio, minrt, small);
             }
         };
         let same = self.same_leaf_possible(j);
@@ -1346,7 +1382,7 @@ impl<'a> Engine<'a> {
         for ub in need..=g {
             for n in self.reclaim.with_value(ub) {
                 let free = self.nodes.free_on(n);
-                if free < need && free + self.reclaimable_on(n, w, same) >= need {
+                if free < need && free + self.reclaimable_on(n, row, same) >= need {
                     candidates.push(n);
                 }
             }

@@ -87,6 +87,10 @@ pub struct Report {
     pub preemptions_of_unallocated: usize,
     /// Preemptions of an allocated job by a job of the same budget leaf.
     pub preemptions_within_team: usize,
+    /// Preemptions of an allocated job of another budget leaf by a small
+    /// job (`small_job_gpus`, `small_job_min_runtime`: rule 4 without the
+    /// margin).
+    pub preemptions_by_small_jobs: usize,
     /// Preemptions that are ping-pong: the victim had itself preempted the
     /// job now preempting it, or had been preempted less than its own
     /// minimum runtime before. See [`ping_pongs`].
@@ -291,7 +295,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     // Preemptions and lost work per kind, from the runs.
     let mut kind_loss: BTreeMap<u32, (usize, i64)> = BTreeMap::new();
     let mut leaf_kind_loss: Vec<BTreeMap<u32, (usize, i64)>> = vec![BTreeMap::new(); leaves];
-    let (mut of_unallocated, mut within_team) = (0, 0);
+    let (mut of_unallocated, mut within_team, mut by_small) = (0, 0, 0);
+    let rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
     for r in &outcome.runs {
         let kind = workload.jobs[r.job as usize].kind;
         let preempted = matches!(r.ended, RunEnd::Preempted { .. });
@@ -309,6 +314,10 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
                 of_unallocated += 1;
             } else if r.preempted_by.is_some_and(|p| outcome.prepared.leaf[p as usize] == victim_leaf) {
                 within_team += 1;
+            } else if let Some(p) = r.preempted_by {
+                let p = p as usize;
+                let waiting = allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
+                by_small += usize::from(rules.is_small(&waiting));
             }
         }
     }
@@ -403,6 +412,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         gpu_hours_lost_to_preemption: round3(lost as f64 / HOUR as f64),
         preemptions_of_unallocated: of_unallocated,
         preemptions_within_team: within_team,
+        preemptions_by_small_jobs: by_small,
         ping_pongs: ping_pongs(outcome).0,
         repreempted_within_preemptor_min_runtime: ping_pongs(outcome).1,
         occupancy: round6(in_span as f64 / (capacity as f64 * span as f64)),
@@ -522,6 +532,7 @@ pub fn table(reports: &[Report]) -> String {
     row("gpu_hours_lost_to_preemption", &|r| format!("{:.1}", r.gpu_hours_lost_to_preemption));
     row("preemptions_of_unallocated", &|r| r.preemptions_of_unallocated.to_string());
     row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
+    row("preemptions_by_small_jobs", &|r| r.preemptions_by_small_jobs.to_string());
     row("ping_pongs", &|r| r.ping_pongs.to_string());
     row("repreempted_within_preemptor_min_runtime", &|r| r.repreempted_within_preemptor_min_runtime.to_string());
     row("occupancy", &|r| format!("{:.1}%", 100.0 * r.occupancy));

@@ -38,7 +38,7 @@ fn lowest_delivered_over_owed(r: &Report) -> f64 {
 
 fn summary(name: &str, r: &Report) -> String {
     format!(
-        "{name}: debug p50 {} p90 {} worst team p90 {}, delivered/owed >= {:.3}, occupancy {:.3}, preemptions {} ({} within team), lost {:.0} GPU-h, ping-pongs {}",
+        "{name}: debug p50 {} p90 {} worst team p90 {}, delivered/owed >= {:.3}, occupancy {:.3}, preemptions {} ({} within team, {} by small jobs), lost {:.0} GPU-h, ping-pongs {}",
         r.by_kind["debug"].wait_p50_s,
         debug_p90(r),
         worst_team_debug_p90(r),
@@ -46,6 +46,7 @@ fn summary(name: &str, r: &Report) -> String {
         r.occupancy,
         r.preemptions,
         r.preemptions_within_team,
+        r.preemptions_by_small_jobs,
         r.gpu_hours_lost_to_preemption,
         r.ping_pongs
     )
@@ -56,38 +57,59 @@ fn before(c: &mut Config) {
     s.preempt_within_team = false;
     s.preempt_smallest_first = false;
     s.unallocated_grace = s.grace;
+    s.small_job_gpus = 0;
+}
+
+/// The shipped rules without small jobs across teams.
+fn no_small_jobs(c: &mut Config) {
+    c.tree.settings.small_job_gpus = 0;
 }
 
 #[test]
 fn the_shipped_rules_keep_debug_waits_short_for_every_team() {
+    let (mut p90_now, mut p90_three) = (0, 0);
     for variant in ["base", "load3", "unequal", "bursty"] {
         for seed in 1..=3 {
             let p = DebugParams::variant(variant, seed).unwrap();
             let now = run(&p, |_| {});
             let old = run(&p, before);
-            let what = format!("{variant} seed {seed}\n  {}\n  {}", summary("shipped", &now), summary("before", &old));
+            let three = run(&p, no_small_jobs);
+            let what = format!("{variant} seed {seed}\n  {}\n  {}\n  {}", summary("shipped", &now), summary("no small", &three), summary("before", &old));
             println!("{what}");
             // Debug jobs: a median under a minute, a 90th percentile under
-            // 45 minutes (measured 17-40 min) and under an hour for every
-            // team (measured 25-45 min); before the mechanisms, p90 57 min
+            // 30 minutes (measured 5-22 min) and under 45 minutes for every
+            // team (measured 5-38 min); before the mechanisms, p90 57 min
             // (bursty) to 2.4 hours.
             assert!(now.by_kind["debug"].wait_p50_s <= MIN, "{what}");
-            assert!(debug_p90(&now) <= 45 * MIN, "{what}");
-            assert!(worst_team_debug_p90(&now) <= 60 * MIN, "{what}");
+            assert!(debug_p90(&now) <= 30 * MIN, "{what}");
+            assert!(worst_team_debug_p90(&now) <= 45 * MIN, "{what}");
             assert!(debug_p90(&now) * 3 <= debug_p90(&old) * 2, "{what}");
+            // Small jobs across teams: a shorter tail than the three other
+            // mechanisms alone (per seed within 2 minutes, over all seeds
+            // at least a fifth shorter; measured 3 to 20 minutes shorter but
+            // for one seed, 1 minute longer), and every such preemption
+            // crossed teams.
+            assert!(debug_p90(&now) <= debug_p90(&three) + 2 * MIN, "{what}");
+            assert!(now.preemptions_by_small_jobs > 0 && three.preemptions_by_small_jobs == 0, "{what}");
+            p90_now += debug_p90(&now);
+            p90_three += debug_p90(&three);
+            // What it costs: the victims' work since their last checkpoint
+            // (measured 1.0 to 1.17 times the loss without it).
+            assert!(now.gpu_hours_lost_to_preemption <= 1.25 * three.gpu_hours_lost_to_preemption, "{what}");
             // Nothing else pays for it: shares, occupancy, thrashing.
             assert!(lowest_delivered_over_owed(&now) >= 0.85, "{what}");
             assert!(lowest_delivered_over_owed(&now) >= lowest_delivered_over_owed(&old) - 0.03, "{what}");
             assert!(now.occupancy >= 0.96, "{what}");
-            assert!(now.gpu_hours_lost_to_preemption <= 1.4 * old.gpu_hours_lost_to_preemption, "{what}");
+            assert!(now.gpu_hours_lost_to_preemption <= 1.6 * old.gpu_hours_lost_to_preemption, "{what}"); // measured 1.14-1.47
             assert!(now.ping_pongs <= old.ping_pongs + 8, "{what}");
             assert!(now.preemptions_within_team > 0 && old.preemptions_within_team == 0, "{what}");
         }
     }
+    assert!(p90_now * 5 <= p90_three * 4, "debug p90 summed over the cases: {p90_now} s with small jobs across teams, {p90_three} s without");
 }
 
 #[test]
-fn a_team_with_nothing_to_preempt_still_gains_and_undeclared_debug_jobs_do_not() {
+fn a_team_with_nothing_to_preempt_still_gains_and_undeclared_debug_jobs_gain_from_small_jobs() {
     // pinned: one team's training is never past its minimum runtime.
     let p = DebugParams::variant("pinned", 1).unwrap();
     let now = run(&p, |_| {});
@@ -95,12 +117,16 @@ fn a_team_with_nothing_to_preempt_still_gains_and_undeclared_debug_jobs_do_not()
     println!("{}\n{}", summary("pinned shipped", &now), summary("pinned before", &old));
     assert!(debug_p90(&now) <= 45 * MIN && debug_p90(&now) * 3 <= debug_p90(&old));
     // Undeclared: debug jobs at normal priority never preempt teammates;
-    // only the unallocated grace helps them (their median).
+    // the unallocated grace helps their median, and small jobs across
+    // teams their tail (without: p90 above an hour, 2.8 h measured).
     let p = DebugParams::variant("undeclared", 1).unwrap();
     let now = run(&p, |_| {});
-    assert_eq!(now.preemptions_within_team, 0);
-    assert!(now.by_kind["debug"].wait_p50_s <= 2 * MIN);
-    assert!(debug_p90(&now) >= 60 * MIN, "{}", summary("undeclared", &now));
+    let three = run(&p, no_small_jobs);
+    let what = format!("{}\n{}", summary("undeclared", &now), summary("undeclared, no small jobs", &three));
+    assert_eq!(now.preemptions_within_team, 0, "{what}");
+    assert!(now.by_kind["debug"].wait_p50_s <= 2 * MIN, "{what}");
+    assert!(debug_p90(&three) >= 60 * MIN, "{what}");
+    assert!(debug_p90(&now) <= 30 * MIN && now.preemptions_by_small_jobs > 0, "{what}");
 }
 
 #[test]

@@ -85,11 +85,12 @@ fn within_a_team_a_higher_priority_job_takes_a_teammate_past_its_minimum_runtime
     // runs from 0; a's high-priority debug job (1 GPU, 10 min) arrives at 1h:
     // it waits for the end of the protection, then preempts (5-minute grace).
     // A normal-priority debug job of a never preempts, nor does one of b
-    // (the margin keeps a running: a 7-day window).
+    // (the margin keeps a running: a 7-day window; small jobs across teams
+    // off here, see the next test).
     let w = workload(
         "1,0,8,36000,a,7200,true,normal\n2,3600,1,600,a,600,false,high\n3,3600,1,600,a,600,false,normal\n4,3600,1,600,b,600,false,normal\n",
     );
-    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let sim = run(&w, &config("1x8", "grace = \"5m\"\nsmall_job_gpus = 0", PolicyKind::Allot));
     let train = runs_of(&sim, &w, 1);
     assert_eq!(train[0].ended, RunEnd::Preempted { signal: 2 * H }, "{train:?}");
     let debug = runs_of(&sim, &w, 2);
@@ -101,13 +102,42 @@ fn within_a_team_a_higher_priority_job_takes_a_teammate_past_its_minimum_runtime
     assert_eq!(runs_of(&sim, &w, 4)[0].start, 2 * H + 300);
     assert_eq!(sim.report.ping_pongs, 0);
     // Switched off: the high-priority job waits like the others.
-    let sim = run(&w, &config("1x8", "grace = \"5m\"\npreempt_within_team = false", PolicyKind::Allot));
+    let sim = run(&w, &config("1x8", "grace = \"5m\"\npreempt_within_team = false\nsmall_job_gpus = 0", PolicyKind::Allot));
     assert_eq!(runs_of(&sim, &w, 1).len(), 1);
     assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000);
     // A high-priority job that declares a longer minimum runtime than its teammate's does not preempt it.
     let w = workload("1,0,8,36000,a,3600,true,normal\n2,3600,1,600,a,7200,false,high\n");
     let sim = run(&w, &config("1x8", "", PolicyKind::Allot));
     assert_eq!(sim.report.preemptions, 0);
+}
+
+#[test]
+fn a_small_job_of_another_team_needs_no_margin() {
+    // One node of 8 GPUs. a's training job (8 GPUs, protected 2h) runs from
+    // 0; at 1h b's debug job (1 GPU, min_runtime 10m: small) arrives. a has
+    // used 8 GPU-hours of a 7-day window, b nothing: far less than the
+    // margin of a tenth of an allocation apart, but a above b. b's job
+    // preempts a's when its protection ends.
+    let w = workload("1,0,8,36000,a,7200,true,normal\n2,3600,1,600,b,600,false,normal\n");
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let train = runs_of(&sim, &w, 1);
+    assert_eq!(train[0].ended, RunEnd::Preempted { signal: 2 * H }, "{train:?}");
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 2 * H + 300);
+    assert_eq!((sim.report.preemptions_by_small_jobs, sim.report.preemptions_within_team), (1, 0));
+    // Not small (2 GPUs over small_job_gpus = 1, or a guarantee over
+    // small_job_min_runtime = 5m): the margin applies and b waits for a's end.
+    for knobs in ["small_job_gpus = 0", "small_job_min_runtime = \"5m\""] {
+        let sim = run(&w, &config("1x8", &format!("grace = \"5m\"\n{knobs}"), PolicyKind::Allot));
+        assert_eq!(sim.report.preemptions, 0, "{knobs}");
+        assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000, "{knobs}");
+    }
+    // Never the other way round: an over-served team's small job does not
+    // take an under-served team's GPUs: a's training started half an hour
+    // before b's, so a is above b; a's small job waits for a GPU to free up.
+    let w = workload("1,1800,8,36000,b,3600,true,normal\n2,0,8,36000,a,3600,true,normal\n3,7200,1,600,a,600,false,normal\n");
+    let sim = run(&w, &config("2x8", "grace = \"5m\"", PolicyKind::Allot));
+    assert_eq!(sim.report.preemptions, 0);
+    assert_eq!(runs_of(&sim, &w, 3)[0].start, 36000);
 }
 
 #[test]

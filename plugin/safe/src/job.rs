@@ -196,6 +196,14 @@ impl<'a> Job<'a> {
         unsafe { gpus_in_gres_list(self.raw.gres_list_alloc) }
     }
 
+    /// GPUs the job asks for, all nodes together (`total_gres` of its
+    /// requested GRES: per node times the minimum node count, or per job),
+    /// for a pending job; 0 when it asks for none.
+    pub fn gpus_requested(&self) -> u32 {
+        // SAFETY: gres_list_req is null or the job's list of gres_state_t, valid while the record is.
+        unsafe { gpus_in_gres_list(self.raw.gres_list_req) }
+    }
+
     /// The job's partition name as Slurm stores it (for reports handed back to
     /// Slurm, which borrow it as priority/multifactor does), or NULL.
     pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
@@ -214,7 +222,7 @@ impl<'a> Job<'a> {
     }
 }
 
-/// GPUs in a job's list of allocated GRES states.
+/// GPUs in a job's list of requested or allocated GRES states.
 ///
 /// # Safety
 /// `list` must be null or a Slurm List of `gres_state_t` owned by a job

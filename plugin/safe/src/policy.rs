@@ -40,11 +40,11 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
 }
 
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
-    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules) }
+    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.gpus_requested() }
 }
 
 /// The budget's switchable preemption rules (`preempt_within_team`,
-/// `preempt_smallest_first`), for `allot::preempt::may_preempt_with`.
+/// `preempt_smallest_first`, `small_job_*`), for `allot::preempt::may_preempt_with`.
 pub fn preempt_rules(tree: &BudgetTree) -> PreemptRules {
     PreemptRules::from_settings(&tree.settings)
 }
