@@ -4,17 +4,23 @@
 # for Slurm's own plugins (priority/basic, preempt/none), same workload,
 # both with the shipped settings (conf/slurm-*.conf, conf/allot.conf):
 #
-#   1. the 32 GPUs are filled with allocated training jobs from several
-#      teams, some already past their minimum runtime, some inside it, and
-#      two unallocated (min_runtime=0) 1-GPU jobs beside a 6-GPU job (GPUs no
-#      8-GPU job can use);
-#   2. 5,000 pending 8-GPU training jobs from those teams;
+#   1. the 32 GPUs are filled with allocated training jobs: one whole-node
+#      job of each over-served team (vision, language) that is past its
+#      10-minute minimum runtime when the debug jobs come, one of robotics
+#      inside its 8 hours, and on n4 language's 6-GPU job (8 hours) beside
+#      two unallocated (min_runtime=0) 1-GPU jobs of vision;
+#   2. 5,000 pending 8-GPU training jobs of the over-served teams (an
+#      under-served team's backlog would take their nodes the moment their
+#      minimum runtimes end, which is the budget at work but leaves nothing
+#      to measure);
 #   3. 20 debug jobs (1-2 GPUs, --time=10, min_runtime=10m, priority=high
 #      within their team), one every INTERVAL seconds, alternating between
 #      teams under their share (robotics, speech) and over it (vision,
 #      language: the ledger holds their heavy use of the last days);
-#   4. prints each debug job's wait (submission to start), p50/p90 per
-#      group, and the training jobs' preemptions during the debug phase.
+#   4. prints each debug job's wait (submission to start; from Slurm's own
+#      record of each run end, EpilogSlurmctld, since finished jobs leave
+#      slurmctld's memory), p50/p90 per group and for all 20, and the
+#      training jobs' preemptions during the debug phase.
 #
 # No --priority=TOP and no admin action. Usage: scripts/bench-debug.sh
 # [INTERVAL] [WAIT]   (defaults 15 s between debug jobs; each may wait up to
@@ -35,7 +41,7 @@ for u in vic lana rob sue; do id "$u" >/dev/null 2>&1 || useradd --no-create-hom
 DIR=/tmp/allot-bench-debug
 # The shipped settings: conf/slurm-*.conf's scheduler parameters and
 # conf/allot.conf's recompute period and grace.
-export ALLOT_PORT_BASE=17800 ALLOT_SHIPPED_SETTINGS=1
+export ALLOT_PORT_BASE=17800 ALLOT_SHIPPED_SETTINGS=1 ALLOT_RUN_LOG=1
 PENDING=5000
 
 budget=$(mktemp)
@@ -97,12 +103,14 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     eval "$(scripts/cluster.sh env "$DIR")"
     cd "$DIR/jobs"
 
-    # 1. Fill the cluster: whole-node training jobs protected for 1 minute
-    # (past it soon) or 8 hours, and on n4 a 6-GPU protected job beside two
-    # unallocated 1-GPU jobs: GPUs that no 8-GPU job can use.
-    sb vic  --account=vision   -w n1 --gres=gpu:8 --comment="min_runtime=1m" --wrap "sleep 7200" >/dev/null
-    sb lana --account=language -w n2 --gres=gpu:8 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
-    sb rob  --account=robotics -w n3 --gres=gpu:8 --comment="min_runtime=1m" --wrap "sleep 7200" >/dev/null
+    # 1. Fill the cluster: whole-node training jobs protected for 10 minutes
+    # (as long as a debug job's guarantee: rule 5 lets a teammate's debug
+    # job take them once that is over) or 8 hours, and on n4 a 6-GPU
+    # protected job beside two unallocated 1-GPU jobs: GPUs that no 8-GPU
+    # job can use.
+    sb vic  --account=vision   -w n1 --gres=gpu:8 --comment="min_runtime=10m" --wrap "sleep 7200" >/dev/null
+    sb lana --account=language -w n2 --gres=gpu:8 --comment="min_runtime=10m" --wrap "sleep 7200" >/dev/null
+    sb rob  --account=robotics -w n3 --gres=gpu:8 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
     sb lana --account=language -w n4 --gres=gpu:6 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
@@ -110,14 +118,18 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
         [[ $(squeue -h -t R | wc -l) -eq 6 ]] && break
         sleep 1
     done
+    local filled
+    filled=$(date +%s)
     echo "bench-debug: $plugins: cluster full; queueing $PENDING training jobs" >&2
     # 2. The backlog, as root on the users' accounts (fast; job_submit checks them all).
-    local users=(vic lana rob) accounts=(vision language robotics) i
+    local users=(vic lana) accounts=(vision language) i
     for ((i = 0; i < PENDING; i++)); do
-        sbatch --parsable -o /dev/null -e /dev/null --uid="${users[i % 3]}" --account="${accounts[i % 3]}" \
+        sbatch --parsable -o /dev/null -e /dev/null --uid="${users[i % 2]}" --account="${accounts[i % 2]}" \
             --gres=gpu:8 --comment="min_runtime=1h" --wrap "sleep 3600" >/dev/null
     done
-    sleep 70 # the 1-minute protections end; the plugins see the backlog
+    # The 10-minute protections end (counted from the fill's start).
+    local left=$((filled + 610 - $(date +%s)))
+    ((left > 0)) && sleep "$left"
     show() { [[ ${BENCH_VERBOSE:-0} == 1 ]] && { echo "bench-debug: $plugins: $1" >&2; squeue -t R -o '    %.5i %.5u %.9a %.6b %.8M %k' >&2; }; return 0; }
     show "running before the debug jobs"
     local restarts_before
@@ -140,19 +152,22 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     local restarts_after
     restarts_after=$(scontrol show job -o | grep -c 'Restarts=[1-9]' || true)
     for ((k = 0; k < 20; k++)); do
-        local line submit start
-        line=$(scontrol show job -o "${ids[k]}")
+        # The first run's record (a finished job may be gone from
+        # slurmctld), else the job as it is now (still running, or pending).
+        local line submit start state
+        line=$(grep -m1 "^JobId=${ids[k]} " "$DIR/log/run-ends.log" || SLURM_TIME_FORMAT=%s scontrol show job -o "${ids[k]}" 2>/dev/null || true)
         submit=$(grep -o 'SubmitTime=[^ ]*' <<<"$line" | cut -d= -f2)
         start=$(grep -o 'StartTime=[^ ]*' <<<"$line" | cut -d= -f2)
-        local state
         state=$(grep -o 'JobState=[^ ]*' <<<"$line" | cut -d= -f2)
-        if [[ $state == PENDING || $start == Unknown ]]; then
+        if [[ -z $line || $state == PENDING || ! $start =~ ^[0-9]+$ ]]; then
             echo "${groups[k]} ${ids[k]} none"
         else
-            echo "${groups[k]} ${ids[k]} $(( $(date -d "$start" +%s) - $(date -d "$submit" +%s) ))"
+            echo "${groups[k]} ${ids[k]} $((start - submit))"
         fi
     done
     echo "preemptions $((restarts_after - restarts_before))"
+    # The daemons' logs outlive the cluster, for a look at where waits came from.
+    rm -rf "$DIR-$plugins-log" && cp -r "$DIR/log" "$DIR-$plugins-log"
     cd "$repo"
     scripts/cluster.sh down "$DIR" >/dev/null
 }
@@ -174,7 +189,14 @@ for plugins in ${BENCH_CONFIGS:-allot stock}; do
                 p50 = int((n[g] + 1) / 2); p90 = int(n[g] * 0.9 + 0.999)
                 printf "  %s-served teams: %d debug jobs, %d started; p50 %s, p90 %s\n", g, n[g], m,
                     (p50 <= m ? w[g, p50] " s" : "> " limit " s"), (p90 <= m ? w[g, p90] " s" : "> " limit " s")
+                for (i = 1; i <= m; i++) all[++na] = w[g, i]
+                total += n[g]
             }
+            for (i = 1; i <= na; i++) for (j = i + 1; j <= na; j++) if (all[j] < all[i]) { x = all[i]; all[i] = all[j]; all[j] = x }
+            p50 = int((total + 1) / 2); p90 = int(total * 0.9 + 0.999)
+            printf "  all %d debug jobs: %d started; p50 %s, p90 %s, max %s\n", total, na,
+                (p50 <= na ? all[p50] " s" : "> " limit " s"), (p90 <= na ? all[p90] " s" : "> " limit " s"),
+                (na == total ? all[na] " s" : "> " limit " s")
             printf "  training jobs preempted during the debug phase: %d\n", pre
         }' <<<"$out"
 done
