@@ -5,9 +5,10 @@
 //!   preempted by any allocated job.
 //! - An allocated job is protected until its minimum runtime has elapsed;
 //!   after that, a job whose allocation is under-served compared with its
-//!   own, by more than the anti-thrash margin, may take its GPUs, and so may
-//!   a job of its own team that declares a strictly higher priority (and no
-//!   longer a minimum runtime): `allot::preempt::may_preempt_with`.
+//!   own, by more than the anti-thrash margin (a small job: at all), may
+//!   take its GPUs, and so may a job of its own team that declares a
+//!   strictly higher priority (and no longer a minimum runtime):
+//!   `allot::preempt::may_preempt_with`, with the preemptor's requested GPUs.
 //! - Resumable jobs (Slurm's requeue flag) are requeued, others cancelled;
 //!   victims are offered unallocated first, then the fewest GPUs, then the
 //!   lowest-ranked (`allot::preempt::victim_order`); grace from allot.conf's
