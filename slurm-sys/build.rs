@@ -56,8 +56,8 @@ const LAYOUT: &[(&str, &[&str])] = &[
     (
         "job_details_t",
         &[
-            "accrue_time", "begin_time", "features", "max_nodes", "min_cpus", "min_nodes",
-            "num_tasks", "requeue", "submit_time", "work_dir",
+            "accrue_time", "begin_time", "cpus_per_task", "features", "max_nodes", "min_cpus",
+            "min_nodes", "num_tasks", "requeue", "submit_time", "work_dir",
         ],
     ),
     (
@@ -89,8 +89,8 @@ const LAYOUT: &[(&str, &[&str])] = &[
     (
         "gres_job_state_t",
         &[
-            "type_id", "type_name", "flags", "gres_per_job", "gres_per_node", "total_gres",
-            "node_cnt", "gres_cnt_node_alloc",
+            "type_id", "type_name", "flags", "gres_per_job", "gres_per_node", "gres_per_socket",
+            "gres_per_task", "total_gres", "node_cnt", "gres_cnt_node_alloc",
         ],
     ),
     (

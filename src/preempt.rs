@@ -105,7 +105,8 @@ impl RunningJob {
 pub struct WaitingJob {
     pub leaf: Option<LeafId>,
     pub contract: Contract,
-    /// GPUs it asks for (all nodes together).
+    /// The most GPUs it can be given (all nodes together): what decides
+    /// whether it is small, so a request that may grow counts as its largest.
     pub gpus: u32,
 }
 

@@ -393,6 +393,9 @@ fn t11_a_small_job_of_a_less_used_team_preempts_without_the_margin_a_large_one_d
     // preemption frees to the first job in the order that fits, not to the
     // preemptor: a large job ahead of it would take them.)
     let large = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=1h", &sleep_job(600)]).unwrap();
+    // A short guarantee on a request that may grow to 32 GPUs is not small
+    // (Slurm's own count says 8: the minimum of one node).
+    let range = c.sbatch("bob", &["--gres=gpu:8", "--nodes=1-4", "--comment=min_runtime=10s", &sleep_job(600)]).unwrap();
     let small = c.sbatch("bob", &["--gres=gpu:1", "--comment=debug min_runtime=10s priority=high", &sleep_job(600)]).unwrap();
     // Inside A's minimum runtime nothing moves.
     while now() < started + 15 {
@@ -411,6 +414,7 @@ fn t11_a_small_job_of_a_less_used_team_preempts_without_the_margin_a_large_one_d
     // The large job needs the margin: it waits, and no other A job goes.
     std::thread::sleep(secs(20));
     assert_eq!(c.job(large).state(), "PENDING", "a large job preempted within the margin");
+    assert_eq!(c.job(range).state(), "PENDING", "a job that may grow to 32 GPUs passed for small");
     assert_eq!(a.iter().filter(|&&j| c.job(j).restarts() >= 1).count(), 1, "a second A job was preempted");
     assert_eq!(c.job(small).restarts(), 0);
 }

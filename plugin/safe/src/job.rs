@@ -196,12 +196,47 @@ impl<'a> Job<'a> {
         unsafe { gpus_in_gres_list(self.raw.gres_list_alloc) }
     }
 
-    /// GPUs the job asks for, all nodes together (`total_gres` of its
-    /// requested GRES: per node times the minimum node count, or per job),
-    /// for a pending job; 0 when it asks for none.
-    pub fn gpus_requested(&self) -> u32 {
+    /// The most GPUs a pending job can be given, from its request: GPUs per
+    /// job as asked; per node times the most nodes it can get (its maximum
+    /// node count, else no more nodes than it has tasks); per task times its
+    /// tasks; per socket: no bound (`u32::MAX`). Not `total_gres`, which
+    /// counts the minimum nodes only: `--gres=gpu:8 --nodes=1-4` would pass
+    /// for 8 GPUs and could be given 32.
+    pub fn gpus_requested_at_most(&self) -> u32 {
+        let (min_nodes, max_nodes, tasks) = match self.details() {
+            Some(d) => {
+                let set = |n: u32| n != 0 && n != sys::NO_VAL;
+                let tasks = if set(d.num_tasks) {
+                    d.num_tasks as u64
+                } else {
+                    // Each task has at least cpus_per_task of the job's CPUs.
+                    (d.min_cpus.max(1) as u64).div_ceil(if d.cpus_per_task == sys::NO_VAL16 { 1 } else { d.cpus_per_task.max(1) as u64 })
+                };
+                (d.min_nodes.max(1) as u64, set(d.max_nodes).then_some(d.max_nodes as u64), tasks)
+            }
+            None => return u32::MAX,
+        };
+        let nodes = max_nodes.unwrap_or(tasks).max(min_nodes);
         // SAFETY: gres_list_req is null or the job's list of gres_state_t, valid while the record is.
-        unsafe { gpus_in_gres_list(self.raw.gres_list_req) }
+        let most = unsafe {
+            gpu_states_sum(self.raw.gres_list_req, |g| {
+                let given = |n: u64| n != 0 && n != sys::NO_VAL64;
+                if given(g.gres_per_job) {
+                    g.gres_per_job
+                } else if given(g.gres_per_socket) {
+                    u64::MAX
+                } else if given(g.gres_per_task) {
+                    g.gres_per_task.saturating_mul(tasks)
+                } else if given(g.gres_per_node) {
+                    g.gres_per_node.saturating_mul(nodes)
+                } else if given(g.total_gres) {
+                    g.total_gres
+                } else {
+                    0
+                }
+            })
+        };
+        most.min(u32::MAX as u64) as u32
     }
 
     /// The job's partition name as Slurm stores it (for reports handed back to
@@ -228,6 +263,16 @@ impl<'a> Job<'a> {
 /// `list` must be null or a Slurm List of `gres_state_t` owned by a job
 /// record that stays valid for the call (slurmctld's job lock held).
 unsafe fn gpus_in_gres_list(list: sys::List) -> u32 {
+    // SAFETY: as the caller guarantees.
+    let total = unsafe { gpu_states_sum(list, |g| if g.total_gres == sys::NO_VAL64 { 0 } else { g.total_gres }) };
+    total.min(u32::MAX as u64) as u32
+}
+
+/// `count` summed over the GPU entries of a job's list of GRES states.
+///
+/// # Safety
+/// As for [`gpus_in_gres_list`].
+unsafe fn gpu_states_sum(list: sys::List, count: impl Fn(&sys::gres_job_state_t) -> u64) -> u64 {
     if list.is_null() {
         return 0;
     }
@@ -240,15 +285,13 @@ unsafe fn gpus_in_gres_list(list: sys::List) -> u32 {
             let Some(state) = item.as_ref() else { break };
             if borrowed_str(state.gres_name) == Some("gpu") {
                 if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
-                    if job_state.total_gres != sys::NO_VAL64 {
-                        total = total.saturating_add(job_state.total_gres);
-                    }
+                    total = total.saturating_add(count(job_state));
                 }
             }
         }
         sys::list_iterator_destroy(it);
     }
-    total.min(u32::MAX as u64) as u32
+    total
 }
 
 impl std::fmt::Debug for Job<'_> {

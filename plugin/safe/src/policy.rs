@@ -40,7 +40,7 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
 }
 
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
-    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.gpus_requested() }
+    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.gpus_requested_at_most() }
 }
 
 /// The budget's switchable preemption rules (`preempt_within_team`,
