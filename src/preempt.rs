@@ -155,6 +155,15 @@ impl PreemptRules {
         job.is_allocated() && job.gpus <= self.small_job_gpus && job.contract.min_runtime <= self.small_job_min_runtime
     }
 
+    /// Whether `job` may run on the nodes kept for small jobs (a cluster's
+    /// small-job nodes: Slurm partition `SmallJobPartition` of allot.conf,
+    /// `allot simulate --small-job-nodes`): a small job, or an unallocated
+    /// one, which any allocated job may take at once. Everything else would
+    /// hold those GPUs under a guarantee longer than a small job's.
+    pub fn may_use_small_job_nodes(&self, job: &WaitingJob) -> bool {
+        !job.contract.is_allocated() || self.is_small(job)
+    }
+
     /// The margin rule 4 asks of `job` against another leaf's running job.
     pub fn margin_for(&self, job: &WaitingJob, ranking: &Ranking) -> f64 {
         if self.is_small(job) {
@@ -497,6 +506,25 @@ mod tests {
         let b_running = RunningJob { leaf: Some(1), contract: contract(2 * h), run_start: 0 };
         let a_small = WaitingJob { leaf: Some(0), contract: contract(600), gpus: 1 };
         assert!(!may_preempt_with(&b_running, &a_small, 100 * h, &r, rules).allowed());
+    }
+
+    #[test]
+    fn small_job_nodes_take_small_and_unallocated_jobs_only() {
+        let rules = PreemptRules::default();
+        let job = |leaf, gpus, min_runtime| WaitingJob { leaf, contract: contract(min_runtime), gpus };
+        assert!(rules.may_use_small_job_nodes(&job(Some(0), 1, 600)));
+        assert!(rules.may_use_small_job_nodes(&job(Some(0), 8, 1800)));
+        // Unallocated: any size, since any allocated job takes it at once.
+        assert!(rules.may_use_small_job_nodes(&job(Some(0), 64, 0)));
+        assert!(rules.may_use_small_job_nodes(&job(None, 64, 0)));
+        // Too large, guaranteed too long, or charged to no budget.
+        assert!(!rules.may_use_small_job_nodes(&job(Some(0), 9, 600)));
+        assert!(!rules.may_use_small_job_nodes(&job(Some(0), 1, 1801)));
+        assert!(!rules.may_use_small_job_nodes(&job(None, 1, 600)));
+        // No job is small: unallocated jobs only.
+        let off = PreemptRules { small_job_gpus: 0, ..rules };
+        assert!(!off.may_use_small_job_nodes(&job(Some(0), 1, 600)));
+        assert!(off.may_use_small_job_nodes(&job(Some(0), 1, 0)));
     }
 
     #[test]

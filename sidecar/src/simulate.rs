@@ -192,6 +192,9 @@ struct RunArgs {
     /// Time between backfill passes (Slurm's bf_interval).
     #[arg(long, value_parser = duration, default_value = "30s")]
     bf_interval: i64,
+    /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). 0: none.
+    #[arg(long, default_value_t = 0)]
+    small_job_nodes: u32,
     /// Stop this long after the first submission (default: when every job is done).
     #[arg(long, value_parser = duration)]
     horizon: Option<i64>,
@@ -327,6 +330,9 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     if a.bf_interval == 0 {
         bail!("--bf-interval must be at least 1s");
     }
+    if a.small_job_nodes >= cluster.nodes {
+        bail!("--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others", a.small_job_nodes);
+    }
     // Fail on a missing font before spending time on the simulation.
     if a.plots.is_some() {
         plot::load_font(&a.font)?;
@@ -343,6 +349,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.preempt_max_job_test = a.preempt_max_job_test;
         cfg.default_queue_depth = a.default_queue_depth;
         cfg.bf_interval = a.bf_interval;
+        cfg.small_job_nodes = a.small_job_nodes;
         cfg.horizon = a.horizon.map(|h| first + h);
         let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(1000);
@@ -407,6 +414,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "preempt_max_job_test": a.preempt_max_job_test,
                 "default_queue_depth": a.default_queue_depth,
                 "bf_interval_s": a.bf_interval,
+                "small_job_nodes": a.small_job_nodes,
                 "horizon_s": a.horizon,
             },
             "reports": reports,

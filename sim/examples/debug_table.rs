@@ -76,6 +76,8 @@ fn mechanisms() -> Vec<Mechanism> {
         Mechanism { name: "shipped, checkpoint in grace", apply: |c| c.checkpoint_interval = 0 },
         Mechanism { name: "shipped, margin 0.05", apply: |c| c.tree.settings.preempt_margin = 0.05 },
         Mechanism { name: "shipped, margin 0.02", apply: |c| c.tree.settings.preempt_margin = 0.02 },
+        Mechanism { name: "shipped + 1 small-job node", apply: |c| c.small_job_nodes = 1 },
+        Mechanism { name: "shipped + 2 small-job nodes", apply: |c| c.small_job_nodes = 2 },
         Mechanism {
             name: "within team off, rest shipped",
             apply: |c| c.tree.settings.preempt_within_team = false,
@@ -141,17 +143,20 @@ fn main() {
                 (p, s, tree)
             })
             .collect();
-        let mut all: Vec<(&str, Option<Tweak>)> = mechanisms().iter().map(|m| (m.name, Some(m.apply))).collect();
-        all.push(("baseline", None));
-        for (name, apply) in all {
+        let mut all: Vec<(&str, PolicyKind, Tweak)> = mechanisms().iter().map(|m| (m.name, PolicyKind::Allot, m.apply)).collect();
+        all.push(("baseline", PolicyKind::Baseline, |_| {}));
+        // Slurm's own answer: a debug partition, without allot's rules.
+        all.push(("baseline + 1 small-job node", PolicyKind::Baseline, |c| c.small_job_nodes = 1));
+        let only: Option<Vec<String>> = std::env::var("DEBUG_TABLE_ONLY").ok().map(|v| v.split(';').map(str::to_owned).collect());
+        for (name, policy, apply) in all {
+            if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
+                continue;
+            }
             let reports: Vec<Report> = cases
                 .iter()
                 .map(|(p, s, tree)| {
-                    let policy = if apply.is_some() { PolicyKind::Allot } else { PolicyKind::Baseline };
                     let mut cfg = Config::new(p.cluster, tree.clone(), policy);
-                    if let Some(f) = apply {
-                        f(&mut cfg);
-                    }
+                    apply(&mut cfg);
                     simulate(&s.workload, &cfg, &mut |_| {}).report
                 })
                 .collect();

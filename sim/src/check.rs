@@ -20,6 +20,8 @@
 //!    are exactly its allocated runs' (recomputed with the policy core's
 //!    `usage_in_window`), and no run of an unallocated job is charged.
 //! 5. Every job completes or carries the reason why not; the report's counts add up.
+//! 6. Only jobs that `PreemptRules::may_use_small_job_nodes` allows ran on
+//!    the nodes kept for small jobs (the last `small_job_nodes`).
 
 use std::collections::HashMap;
 
@@ -244,6 +246,17 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
     }
     if cfg.horizon.is_none() && r.jobs_unfinished > 0 {
         bad.push(format!("{} jobs unfinished in a run without a horizon", r.jobs_unfinished));
+    }
+
+    // 6. The small-job nodes.
+    let first_small = cfg.cluster.nodes.saturating_sub(cfg.small_job_nodes);
+    let rules = allot::preempt::PreemptRules::from_settings(&cfg.tree.settings);
+    for run in &out.runs {
+        let j = run.job as usize;
+        let waiting = allot::preempt::WaitingJob { leaf: prepared.leaf[j], contract: prepared.contract[j], gpus: prepared.held[j] };
+        if run.slots.iter().any(|&(n, _)| n >= first_small) && !rules.may_use_small_job_nodes(&waiting) {
+            bad.push(format!("job {} ({} GPUs, {}) ran on a node kept for small jobs", workload.jobs[j].job_id, prepared.held[j], prepared.contract[j].canonical()));
+        }
     }
     bad
 }

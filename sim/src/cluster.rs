@@ -65,9 +65,16 @@ impl FromStr for ClusterSpec {
 }
 
 /// Which slots are free on which node.
+///
+/// The last nodes may be kept for small jobs (`small_from..`): jobs that
+/// may not use them see them as full (the `_for(false)` queries).
 #[derive(Debug, Clone)]
 pub(crate) struct Nodes {
     g: u32,
+    /// First small-job node (= the node count when none is kept).
+    small_from: u32,
+    /// Free GPUs on the small-job nodes.
+    small_free: u32,
     /// Per node: bit i set = GPU i free.
     free_mask: Vec<u64>,
     /// `buckets[f]`: bit set of the nodes with exactly `f` free GPUs.
@@ -84,17 +91,63 @@ fn full_mask(g: u32) -> u64 {
 }
 
 impl Nodes {
+    #[cfg(test)]
     pub fn new(spec: ClusterSpec) -> Nodes {
+        Nodes::with_small_job_nodes(spec, 0)
+    }
+
+    /// A cluster whose last `small` nodes are kept for small jobs.
+    pub fn with_small_job_nodes(spec: ClusterSpec, small: u32) -> Nodes {
+        let small = small.min(spec.nodes);
         let words = (spec.nodes as usize).div_ceil(64);
         let mut buckets = vec![vec![0u64; words]; spec.gpus_per_node as usize + 1];
         for n in 0..spec.nodes as usize {
             buckets[spec.gpus_per_node as usize][n / 64] |= 1 << (n % 64);
         }
-        Nodes { g: spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], buckets, free_total: spec.capacity() }
+        Nodes { g: spec.gpus_per_node, small_from: spec.nodes - small, small_free: small * spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], buckets, free_total: spec.capacity() }
     }
 
     pub fn free_total(&self) -> u32 {
         self.free_total
+    }
+
+    /// Whether `node` is kept for small jobs.
+    pub fn is_small_job_node(&self, node: u32) -> bool {
+        node >= self.small_from
+    }
+
+    /// Whether a job that may (`all`) or may not use the small-job nodes may use `node`.
+    pub fn usable(&self, node: u32, all: bool) -> bool {
+        all || node < self.small_from
+    }
+
+    /// Free GPUs a job may use: all, or those outside the small-job nodes.
+    pub fn free_total_for(&self, all: bool) -> u32 {
+        if all {
+            self.free_total
+        } else {
+            self.free_total - self.small_free
+        }
+    }
+
+    /// `fits_one` among the nodes a job may use.
+    pub fn fits_one_for(&self, gpus: u32, all: bool) -> bool {
+        if all || self.small_free == 0 {
+            self.fits_one(gpus)
+        } else {
+            self.best_fit(gpus, |n| n < self.small_from).is_some()
+        }
+    }
+
+    /// `whole_free` among the nodes a job may use.
+    pub fn whole_free_for(&self, all: bool) -> u32 {
+        let whole = self.whole_free();
+        if all || self.small_free == 0 {
+            whole
+        } else {
+            let n = self.free_mask.len() as u32;
+            whole - (self.small_from..n).filter(|&x| self.free_on(x) == self.g).count() as u32
+        }
     }
 
     pub fn free_on(&self, node: u32) -> u32 {
@@ -129,6 +182,9 @@ impl Nodes {
         let after = before & !mask;
         self.free_mask[node as usize] = after;
         self.free_total -= mask.count_ones();
+        if node >= self.small_from {
+            self.small_free -= mask.count_ones();
+        }
         self.rebucket(node, before.count_ones(), after.count_ones());
     }
 
@@ -139,6 +195,9 @@ impl Nodes {
         let after = before | mask;
         self.free_mask[node as usize] = after;
         self.free_total += mask.count_ones();
+        if node >= self.small_from {
+            self.small_free += mask.count_ones();
+        }
         self.rebucket(node, before.count_ones(), after.count_ones());
     }
 
@@ -233,6 +292,22 @@ mod tests {
         let c = ClusterSpec { nodes: 4, gpus_per_node: 8 };
         assert_eq!(c.held_gpus(3), 3);
         assert_eq!(c.held_gpus(12), 16);
+    }
+
+    #[test]
+    fn small_job_nodes_are_full_to_other_jobs() {
+        let spec = ClusterSpec { nodes: 3, gpus_per_node: 4 };
+        let mut n = Nodes::with_small_job_nodes(spec, 1);
+        assert!(n.is_small_job_node(2) && !n.is_small_job_node(1));
+        assert_eq!((n.free_total_for(true), n.free_total_for(false)), (12, 8));
+        assert_eq!((n.whole_free_for(true), n.whole_free_for(false)), (3, 2));
+        n.take(0, 4);
+        n.take(1, 2);
+        assert!(n.fits_one_for(3, true) && !n.fits_one_for(3, false));
+        let m = n.take(2, 1);
+        assert_eq!((n.free_total_for(true), n.free_total_for(false), n.whole_free_for(false)), (5, 2, 0));
+        n.give(2, m);
+        assert_eq!(n.free_total_for(true) - n.free_total_for(false), 4);
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub struct Config {
     pub baseline_priority_levels: bool,
     /// Cross-check every shortcut against the plain policy functions (slow; tests).
     pub check_policy: bool,
+    /// The last this many nodes are kept for small and unallocated jobs
+    /// (`PreemptRules::may_use_small_job_nodes`; Slurm: allot.conf's
+    /// `SmallJobPartition`). 0: none. Less than the cluster's nodes.
+    pub small_job_nodes: u32,
 }
 
 impl Config {
@@ -129,6 +133,7 @@ impl Config {
             baseline_limit_factor: 1.0,
             baseline_priority_levels: false,
             check_policy: false,
+            small_job_nodes: 0,
         }
     }
 }
@@ -288,8 +293,9 @@ struct PassState {
     /// Node-level preemption searches made.
     searches: usize,
     /// Held-GPU count from which nothing fits on free GPUs any more
-    /// (fitting is monotone in size, and free GPUs only shrink in a pass).
-    min_fail: u32,
+    /// (fitting is monotone in size, and free GPUs only shrink in a pass),
+    /// for jobs that may not (`[0]`) and may (`[1]`) use the small-job nodes.
+    min_fail: [u32; 2],
     shadow: Option<Shadow>,
     /// (group, GPUs of its leaf's unprotected runs that some job of the
     /// group may take) when first asked this pass: an upper bound for the
@@ -496,7 +502,7 @@ impl<'a> Engine<'a> {
             leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0, false); leaves],
             allowed_list: vec![Vec::new(); 2 * leaves],
             jobs,
-            nodes: Nodes::new(cfg.cluster),
+            nodes: Nodes::with_small_job_nodes(cfg.cluster, cfg.small_job_nodes),
             g: cfg.cluster.gpus_per_node,
             leaves,
             on_node: vec![Vec::new(); cfg.cluster.nodes as usize],
@@ -977,7 +983,7 @@ impl<'a> Engine<'a> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: u32::MAX, shadow: None, group_same: None };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], shadow: None, group_same: None };
         let mut tested = 0usize;
         'groups: for g in order {
             if tested >= depth {
@@ -1020,13 +1026,16 @@ impl<'a> Engine<'a> {
         }
         let held = self.jobs[j as usize].held;
         let end = now + self.remaining(j);
-        if held < st.min_fail {
-            if let Some(place) = self.find_place(held, end, st.shadow.as_ref()) {
+        let all = self.may_use_all_nodes(j);
+        if held < st.min_fail[usize::from(all)] {
+            if let Some(place) = self.find_place(held, end, st.shadow.as_ref(), all) {
                 self.start_now(j, now, place, st.shadow.as_mut(), end);
                 return true;
             }
-            if !self.fits_free(held) {
-                st.min_fail = held;
+            if !self.fits_free(held, all) {
+                // What fits nowhere fits nowhere outside the small-job nodes either.
+                st.min_fail[usize::from(all)] = held;
+                st.min_fail[0] = st.min_fail[0].min(held);
             }
         }
         // Preemptible jobs never preempt (allot: the policy refuses
@@ -1045,14 +1054,14 @@ impl<'a> Engine<'a> {
         }
         // No GPU free and none to take (allot: the unallocated tier, which
         // comes last, never preempts): nothing further can start.
-        !(st.min_fail <= 1 && (!st.victims_exist || (self.cfg.policy == PolicyKind::Allot && !allocated)))
+        !(st.min_fail[1] <= 1 && (!st.victims_exist || (self.cfg.policy == PolicyKind::Allot && !allocated)))
     }
 
     /// The next job of group `g` after `cursor` whose size could fit on free
     /// GPUs or be made room for by preemption; larger ones would only fail.
     fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
         let head = *self.groups[g].iter().next()?;
-        let mut bound = st.min_fail;
+        let mut bound = st.min_fail[0].max(st.min_fail[1]);
         if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
             // The group's jobs share leaf and priority, not minimum runtimes:
             // bound their teammates' GPUs by the most any of them may take.
@@ -1127,18 +1136,31 @@ impl<'a> Engine<'a> {
         assert_eq!(ours, policy, "the engine's merge of groups differs from allot::order::order_jobs");
     }
 
-    fn fits_free(&self, held: u32) -> bool {
+    fn fits_free(&self, held: u32, all: bool) -> bool {
         if held <= self.g {
-            self.nodes.fits_one(held)
+            self.nodes.fits_one_for(held, all)
         } else {
-            self.nodes.whole_free() >= held / self.g
+            self.nodes.whole_free_for(all) >= held / self.g
         }
     }
 
-    /// Free GPUs for a job of `held` GPUs ending at `end`: (node, GPUs) pairs.
-    fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>) -> Option<Vec<(u32, u32)>> {
-        let ok = |n: u32, gpus: u32| shadow.is_none_or(|s| s.allows(n, gpus, end));
+    /// Whether `j` may use every node, the small-job nodes included
+    /// (`PreemptRules::may_use_small_job_nodes`; true when none are kept).
+    fn may_use_all_nodes(&self, j: u32) -> bool {
+        self.cfg.small_job_nodes == 0 || self.rules.may_use_small_job_nodes(&self.waiting_view(j))
+    }
+
+    /// Free GPUs for a job of `held` GPUs ending at `end`: (node, GPUs)
+    /// pairs. `all`: it may use the small-job nodes, and takes them first
+    /// (Slurm: their lower node `Weight`), leaving the other nodes whole.
+    fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>, all: bool) -> Option<Vec<(u32, u32)>> {
+        let ok = |n: u32, gpus: u32| self.nodes.usable(n, all) && shadow.is_none_or(|s| s.allows(n, gpus, end));
         if held <= self.g {
+            if all && self.cfg.small_job_nodes > 0 {
+                if let Some(n) = self.nodes.best_fit(held, |n| self.nodes.is_small_job_node(n) && ok(n, held)) {
+                    return Some(vec![(n, held)]);
+                }
+            }
             self.nodes.best_fit(held, |n| ok(n, held)).map(|n| vec![(n, held)])
         } else {
             let g = self.g;
@@ -1347,7 +1369,8 @@ impl<'a> Engine<'a> {
         if self.cfg.check_policy {
             self.check_victim_total(j, now, ranking, victim_gpus);
         }
-        if self.nodes.free_total() + victim_gpus < held {
+        let all = self.may_use_all_nodes(j);
+        if self.nodes.free_total_for(all) + victim_gpus < held {
             return None;
         }
         let w = self.jobs[j as usize].leaf as usize;
@@ -1380,14 +1403,14 @@ impl<'a> Engine<'a> {
         // Nodes where free GPUs and this job's possible victims make room.
         let mut candidates: Vec<u32> = Vec::new();
         for ub in need..=g {
-            for n in self.reclaim.with_value(ub) {
+            for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
                 let free = self.nodes.free_on(n);
                 if free < need && free + self.reclaimable_on(n, row, same) >= need {
                     candidates.push(n);
                 }
             }
         }
-        let free_nodes: Vec<u32> = if whole { self.nodes.with_free(g).take(nodes_needed).collect() } else { Vec::new() };
+        let free_nodes: Vec<u32> = if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(nodes_needed).collect() } else { Vec::new() };
         if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
             fail(self);
             return None;
@@ -1556,11 +1579,15 @@ impl<'a> Engine<'a> {
     fn reserve(&mut self, j: u32, now: i64) -> Option<Shadow> {
         let held = self.jobs[j as usize].held;
         let g = self.g;
+        let all = self.may_use_all_nodes(j);
         let mut touched: Vec<u32> = Vec::new();
         let mut result = None;
         if held <= g {
             'scan: for &(t, v) in &self.releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
+                    if !self.nodes.usable(n, all) {
+                        continue;
+                    }
                     if self.extra[n as usize] == 0 {
                         touched.push(n);
                     }
@@ -1577,16 +1604,19 @@ impl<'a> Engine<'a> {
             let mut whole: Vec<u32> = Vec::new();
             'scan2: for &(t, v) in &self.releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
+                    if !self.nodes.usable(n, all) {
+                        continue;
+                    }
                     if self.extra[n as usize] == 0 {
                         touched.push(n);
                     }
                     self.extra[n as usize] += mask.count_ones();
                     if self.nodes.free_on(n) + self.extra[n as usize] == g {
                         whole.push(n);
-                        if whole.len() + self.nodes.whole_free() as usize >= need {
+                        if whole.len() + self.nodes.whole_free_for(all) as usize >= need {
                             // Reserve the nodes that free up, then wholly free ones.
                             let mut nodes = whole.clone();
-                            nodes.extend(self.nodes.with_free(g).take(need - whole.len().min(need)));
+                            nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(need - whole.len().min(need)));
                             nodes.truncate(need);
                             result = Some(Shadow { time: t.max(now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
                             break 'scan2;

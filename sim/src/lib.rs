@@ -48,7 +48,7 @@ pub struct Simulation {
 /// Simulates `workload` under `cfg`. `progress(fraction)` is called now and
 /// then with how far through the workload's span the simulation is.
 pub fn simulate(workload: &Workload, cfg: &Config, progress: &mut dyn FnMut(f64)) -> Simulation {
-    let prepared = prepare::prepare(workload, &cfg.tree, cfg.cluster);
+    let prepared = prepare::prepare(workload, &cfg.tree, cfg.cluster, cfg.small_job_nodes);
     let (first, last) = workload.span();
     let span = (last - first).max(1) as f64;
     let mut on_progress = |now: i64| progress(((now - first) as f64 / span).clamp(0.0, 1.0));

@@ -45,9 +45,12 @@ pub fn equal_share_budget(workload: &Workload) -> Result<BudgetTree, String> {
 }
 
 /// Resolves every job against `tree` (whose settings hold the cap and the
-/// default minimum runtime) and the cluster.
-pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec) -> Prepared {
+/// default minimum runtime) and the cluster, whose last `small_job_nodes`
+/// nodes are kept for small jobs.
+pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec, small_job_nodes: u32) -> Prepared {
     let rules = ContractRules::from(&tree.settings);
+    let preempt_rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
+    let open_nodes = cluster.nodes.saturating_sub(small_job_nodes);
     let n = workload.jobs.len();
     let mut out = Prepared { leaf: vec![None; n], contract: Vec::with_capacity(n), held: Vec::with_capacity(n), refused: vec![None; n], clamped_to_cap: 0 };
     // Few distinct (min_runtime, priority) pairs: parse each once.
@@ -87,6 +90,16 @@ pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec) -> 
         if job.gpus > cluster.capacity() || out.held[i] > cluster.capacity() {
             out.refused[i] = Some(format!("needs {} GPUs; the cluster has {}", job.gpus, cluster.capacity()));
             out.leaf[i] = None;
+        } else if small_job_nodes > 0 && out.held[i] > open_nodes * cluster.gpus_per_node {
+            let waiting = allot::preempt::WaitingJob { leaf: out.leaf[i], contract: out.contract[i], gpus: out.held[i] };
+            if !preempt_rules.may_use_small_job_nodes(&waiting) {
+                out.refused[i] = Some(format!(
+                    "needs {} GPUs; outside the {small_job_nodes} node(s) kept for small jobs the cluster has {}",
+                    job.gpus,
+                    open_nodes * cluster.gpus_per_node
+                ));
+                out.leaf[i] = None;
+            }
         }
     }
     out
@@ -117,7 +130,7 @@ mod tests {
         let csv = "submit_s,gpus,runtime_s,team,min_runtime_s,priority\n0,1,10,a,,high\n0,1,10,a,0,normal\n0,1,10,b,36000,low\n0,64,10,a,3600,low\n0,4,10,zz,60,low\n";
         let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
         let tree = BudgetTree::parse("[cluster]\ndefault_min_runtime=\"30m\"\nmin_runtime_cap=\"8h\"\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n").unwrap();
-        let p = prepare(&w, &tree, ClusterSpec { nodes: 2, gpus_per_node: 8 });
+        let p = prepare(&w, &tree, ClusterSpec { nodes: 2, gpus_per_node: 8 }, 0);
         assert_eq!(p.contract[0].min_runtime, 1800, "the budget's default");
         assert_eq!(p.contract[0].priority, PriorityLevel::High);
         assert!(!p.contract[1].is_allocated());
@@ -126,6 +139,19 @@ mod tests {
         assert!(p.refused[3].as_deref().unwrap().contains("needs 64 GPUs"));
         assert!(p.refused[4].as_deref().unwrap().contains("account 'zz' is not in the allot budget tree"), "{:?}", p.refused[4]);
         assert_eq!(p.leaf[2], Some(1));
+    }
+
+    #[test]
+    fn jobs_too_large_for_the_nodes_not_kept_for_small_jobs_are_refused() {
+        let csv = "submit_s,gpus,runtime_s,team,min_runtime_s\n0,16,10,a,3600\n0,16,10,a,0\n0,8,10,a,3600\n0,24,10,a,0\n";
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        let tree = BudgetTree::parse("[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n").unwrap();
+        let p = prepare(&w, &tree, ClusterSpec { nodes: 2, gpus_per_node: 8 }, 1);
+        assert_eq!(p.refused[0].as_deref(), Some("needs 16 GPUs; outside the 1 node(s) kept for small jobs the cluster has 8"));
+        // Unallocated: it may use the kept node too.
+        assert_eq!((p.refused[1].as_deref(), p.refused[2].as_deref()), (None, None));
+        assert!(p.refused[3].as_deref().unwrap().contains("the cluster has 16"));
+        assert!(prepare(&w, &tree, ClusterSpec { nodes: 2, gpus_per_node: 8 }, 0).refused[0].is_none());
     }
 
     #[test]

@@ -129,6 +129,40 @@ fn a_team_with_nothing_to_preempt_still_gains_and_undeclared_debug_jobs_gain_fro
     assert!(debug_p90(&now) <= 30 * MIN && now.preemptions_by_small_jobs > 0, "{what}");
 }
 
+/// One node of 32 kept for small and unallocated jobs (a Slurm partition;
+/// allot.conf's `SmallJobPartition`) meets the goal on every variant: every
+/// team's debug p90 within a minute (measured 26-27 s: the next backfill
+/// pass), at no cost in occupancy, share or lost work, since free fillers
+/// keep the node busy and debug jobs take their GPUs at once.
+#[test]
+fn one_small_job_node_starts_every_teams_debug_jobs_within_a_minute() {
+    for v in ["base", "load3", "unequal", "bursty", "pinned", "undeclared"] {
+        for seed in 1..=2 {
+            let p = DebugParams::variant(v, seed).unwrap();
+            let kept = run(&p, |c| c.small_job_nodes = 1);
+            let shipped = run(&p, |_| {});
+            let what = format!("{v} seed {seed}\n{}\n{}", summary("1 small-job node", &kept), summary("shipped", &shipped));
+            assert!(worst_team_debug_p90(&kept) <= MIN, "{what}");
+            assert!(kept.by_kind["debug"].wait_p99_s <= 2 * MIN, "{what}");
+            assert!(worst_team_debug_p90(&shipped) > 5 * MIN, "{what}"); // what the node is for
+            assert!(kept.occupancy >= shipped.occupancy - 0.005 && kept.occupancy >= 0.96, "{what}");
+            assert!(lowest_delivered_over_owed(&kept) >= lowest_delivered_over_owed(&shipped) - 0.03, "{what}");
+            assert!(kept.gpu_hours_lost_to_preemption <= shipped.gpu_hours_lost_to_preemption, "{what}");
+            assert!(kept.ping_pongs <= shipped.ping_pongs + 8, "{what}");
+        }
+    }
+    // Slurm's own plugins with the same node: debug jobs wait out the
+    // fillers' grace time (allot takes an unallocated job's GPUs at once).
+    let p = DebugParams::variant("base", 1).unwrap();
+    let s = debug_scenario(&p);
+    let mut cfg = Config::new(p.cluster, BudgetTree::parse(&s.budget_toml).unwrap(), PolicyKind::Baseline);
+    cfg.small_job_nodes = 1;
+    let sim = simulate(&s.workload, &cfg, &mut |_| {});
+    assert!(invariants(&s.workload, &cfg, &sim).is_empty());
+    let kept = run(&p, |c| c.small_job_nodes = 1);
+    assert!(debug_p90(&sim.report) > 2 * debug_p90(&kept), "{}\n{}", summary("baseline + node", &sim.report), summary("allot + node", &kept));
+}
+
 #[test]
 fn every_preemption_within_a_team_follows_rule_5() {
     let p = DebugParams { cluster: ClusterSpec { nodes: 12, gpus_per_node: 8 }, days: 5.0, debug_per_team: 150, fillers_per_team: 40, ..DebugParams::base(4) };

@@ -190,7 +190,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_workloads_keep_every_invariant((rows, nodes, per_node) in arbitrary_workload(), grace in 0i64..600, checkpoint in 0i64..4000, lookback_h in 1i64..48) {
+    fn random_workloads_keep_every_invariant((rows, nodes, per_node) in arbitrary_workload(), grace in 0i64..600, checkpoint in 0i64..4000, lookback_h in 1i64..48, small_nodes in 0u32..2) {
         let levels = [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High];
         let jobs: Vec<Job> = rows.iter().enumerate().map(|(i, &(submit, gpus, runtime, team, min_runtime, resumable, p))| Job {
             job_id: i as u32, submit, gpus, runtime, team, user: None, min_runtime: Some(min_runtime), resumable, priority: levels[p as usize], kind: u32::from(min_runtime == 0),
@@ -204,6 +204,7 @@ proptest! {
             let mut cfg = Config::new(ClusterSpec { nodes, gpus_per_node: per_node }, tree.clone(), policy);
             cfg.checkpoint_interval = checkpoint;
             cfg.check_policy = true;
+            cfg.small_job_nodes = small_nodes.min(nodes - 1);
             let sim = simulate(&w, &cfg, &mut |_| {});
             let broken = invariants(&w, &cfg, &sim);
             prop_assert!(broken.is_empty(), "{policy:?}: {broken:#?}");

@@ -141,6 +141,34 @@ fn a_small_job_of_another_team_needs_no_margin() {
 }
 
 #[test]
+fn small_job_nodes_take_only_small_and_unallocated_jobs() {
+    // Two nodes of 4; node 1 (the last) kept for small jobs. a's 4-GPU
+    // training job (min_runtime 2h) runs on node 0 from 0; a second one at
+    // 10 s cannot use node 1 and waits for the first to end at 10h. b's free
+    // job (unallocated, 4 GPUs; submitted at 20 s behind a's blocked job, so
+    // started by the next backfill pass, at 40 s) takes node 1; b's debug job (1 GPU,
+    // min_runtime 10m: small) at 1h takes its GPUs at once (no grace for an
+    // unallocated victim), on node 1 while node 0 stays a's.
+    let w = workload("1,0,4,36000,a,7200,true,normal\n2,10,4,36000,a,7200,true,normal\n3,20,4,36000,b,0,true,low\n4,3600,1,600,b,600,false,normal\n");
+    let mut cfg = config("2x4", "grace = \"5m\"", PolicyKind::Allot);
+    cfg.small_job_nodes = 1;
+    let sim = run(&w, &cfg);
+    assert_eq!(runs_of(&sim, &w, 1)[0].slots.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0]);
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000);
+    let free = runs_of(&sim, &w, 3);
+    assert_eq!((free[0].start, free[0].slots[0].0, free[0].ended, free[0].end), (40, 1, RunEnd::Preempted { signal: H }, H));
+    let debug = runs_of(&sim, &w, 4);
+    assert_eq!((debug[0].start, debug[0].slots[0].0), (H, 1));
+    // Without the kept node the second training job takes node 1 at 10 s
+    // and the debug job waits for a's first job's protection to end (2h),
+    // then preempts it as a small job of the less-used team, after the grace.
+    let sim = run(&w, &config("2x4", "grace = \"5m\"", PolicyKind::Allot));
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 10);
+    assert_eq!(runs_of(&sim, &w, 1)[0].ended, RunEnd::Preempted { signal: 2 * H });
+    assert_eq!(runs_of(&sim, &w, 4)[0].start, 2 * H + 300);
+}
+
+#[test]
 fn a_small_job_takes_the_smallest_victim() {
     // Two nodes of 8: a's 8-GPU job on one, a's two 4-GPU jobs on the other,
     // all normal and past their protection at 2h; a's high-priority 1-GPU job
