@@ -39,6 +39,10 @@
 #                     sched_interval/bf_interval) and conf/allot.conf's
 #                     RecomputePeriod and GraceTime (the two variables above
 #                     are then ignored).
+#   ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (1-3) for small jobs:
+#                     partition gpu (default) without them, partition small
+#                     with all four, and SmallJobPartition=small in allot.conf
+#                     (default 0: one partition gpu of all four).
 #   ALLOT_RUN_LOG=1   an EpilogSlurmctld that appends Slurm's record of every
 #                     run end (`scontrol show job -o`, times in Unix seconds)
 #                     to DIR/log/run-ends.log: the reconciliation test's
@@ -373,9 +377,16 @@ cmd_up() {
         echo "# is merged into slurm.conf's own line there."
         sed 's/^SchedulerParameters=/#&/' "$snippet"
     } >"$ETC/slurm-$plugins.conf"
+    local kept=${ALLOT_SMALL_JOB_NODES:-0} partitions
+    [[ $kept =~ ^[0-3]$ ]] || die "ALLOT_SMALL_JOB_NODES must be 0 to 3, got '$kept'"
+    if ((kept == 0)); then
+        partitions="PartitionName=gpu Nodes=n[1-${#NODES[@]}] Default=YES MaxTime=INFINITE State=UP"
+    else
+        partitions="PartitionName=gpu Nodes=n[1-$((${#NODES[@]} - kept))] Default=YES MaxTime=INFINITE State=UP\\nPartitionName=small Nodes=n[1-${#NODES[@]}] MaxTime=INFINITE State=UP"
+    fi
     render "$repo_root/conf/cluster/slurm.conf.in" "$CONF" \
         "DIR=$DIR" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
-        "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" \
+        "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" "PARTITIONS=$partitions" \
         "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
     if [[ ${ALLOT_RUN_LOG:-0} == 1 ]]; then
@@ -393,6 +404,7 @@ EOS
     fi
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
     set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"
+    ((kept == 0)) || set_allot_key "$ETC/allot.conf" SmallJobPartition small
     if ((!shipped)); then
         set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
         set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"
@@ -428,15 +440,16 @@ EOS
     say "use it: eval \"\$($0 env $DIR)\"; sinfo"
 }
 
+# sinfo -N lists a node once per partition: count each node once.
 nodes_responding() {
     local n
-    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | wc -l)
+    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | wc -l)
     ((n == ${#NODES[@]}))
 }
 
 nodes_idle() {
     local n
-    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | awk '$2 == "idle"' | wc -l)
+    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 == "idle"' | wc -l)
     ((n == ${#NODES[@]}))
 }
 

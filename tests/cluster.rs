@@ -418,3 +418,62 @@ fn t11_a_small_job_of_a_less_used_team_preempts_without_the_margin_a_large_one_d
     assert_eq!(a.iter().filter(|&&j| c.job(j).restarts() >= 1).count(), 1, "a second A job was preempted");
     assert_eq!(c.job(small).restarts(), 0);
 }
+
+#[test]
+fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_else() {
+    // n4 kept: partition gpu is n[1-3], partition small n[1-4], and
+    // allot.conf names small as SmallJobPartition.
+    let c = TestCluster::start("smallnodes", BUDGET, Options { small_job_nodes: 1, ..Options::default() });
+    // Team A's training fills n1-n3; its fourth job may not use n4.
+    let training: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=1h", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("three training jobs run", secs(30), || training[..3].iter().all(|&j| c.job(j).state() == "RUNNING"));
+    assert!(training.iter().all(|&j| c.job(j).get("Partition") == "gpu"), "training jobs were sent to the small partition");
+    // An unallocated job (free, any size) is sent to the small partition and takes n4.
+    let free = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", &sleep_job(600)]).unwrap();
+    c.wait_state(free, "RUNNING", secs(30));
+    assert_eq!((c.job(free).get("Partition"), c.job(free).nodes()), ("small", "n4"));
+    for _ in 0..5 {
+        assert_eq!(c.job(training[3]).state(), "PENDING", "a training job ran on the node kept for small jobs");
+        std::thread::sleep(secs(1));
+    }
+    // Team B's debug job (1 GPU, min_runtime 10m: small, no partition named)
+    // goes to the small partition and takes the free job's GPUs at once,
+    // while every training job is inside its minimum runtime.
+    let submitted = now();
+    let debug = c.sbatch("bob", &["--gres=gpu:1", "--comment=debug min_runtime=10m", &sleep_job(600)]).unwrap();
+    c.wait_state(debug, "RUNNING", secs(30));
+    let waited = now() - submitted;
+    assert_eq!((c.job(debug).get("Partition"), c.job(debug).nodes()), ("small", "n4"));
+    assert!(waited <= 15, "the debug job waited {waited} s for a free job's GPUs");
+    assert!(c.job(free).restarts() >= 1 || c.job(free).state() != "RUNNING", "the free job still holds n4");
+    assert!(training[..3].iter().all(|&j| c.job(j).state() == "RUNNING" && c.job(j).restarts() == 0), "a protected training job was preempted");
+    assert_eq!(c.job(training[3]).state(), "PENDING");
+
+    // A job that may not use the kept node is refused when it names it.
+    let refused = |user: &str, args: &[&str], wanted: &str| {
+        let e = c.sbatch(user, args).expect_err(&format!("{args:?} was accepted"));
+        assert!(e.contains(wanted), "sbatch {args:?}: wanted {wanted:?}, got:\n{e}");
+    };
+    let kept = "partition 'small' is kept for small jobs (at most 8 GPUs and min_runtime at most 30m) and unallocated ones (min_runtime=0)";
+    refused("bob", &["-p", "small", "--gres=gpu:8", "--comment=min_runtime=2h", &sleep_job(5)], &format!("{kept}; this job can be given up to 8 GPUs with min_runtime=2h"));
+    refused("bob", &["-p", "gpu,small", "--gres=gpu:4", "--nodes=1-4", "--comment=min_runtime=10m", &sleep_job(5)], "this job can be given up to 16 GPUs with min_runtime=10m");
+    // A small job that names another partition stays there.
+    let named = c.sbatch("bob", &["-p", "gpu", "--hold", "--gres=gpu:1", "--comment=min_runtime=10m", &sleep_job(5)]).unwrap();
+    assert_eq!(c.job(named).get("Partition"), "gpu");
+
+    // A pending small job may not become a large one while in the small
+    // partition; moved out in the same update, it may.
+    let held = c.sbatch("bob", &["--hold", "--gres=gpu:1", "--comment=min_runtime=10m", &sleep_job(5)]).unwrap();
+    assert_eq!(c.job(held).get("Partition"), "small");
+    let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={held}"), "Comment=min_runtime=2h"]);
+    assert!(!out.status.success(), "the contract edit was accepted: {}", text(&out));
+    // Slurm gives job_modify no message channel: the user sees the code, the log the reason.
+    assert!(text(&out).contains("Invalid partition name"), "{}", text(&out));
+    assert!(c.ctld_log().contains(&format!("refused update of JobId={held}: allot: JobId={held}: {kept}")), "the reason is not in slurmctld's log");
+    let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={held}"), "Gres=gpu:8", "NumNodes=2"]);
+    assert!(!out.status.success(), "growing to 16 GPUs was accepted: {}", text(&out));
+    assert!(c.job(held).comment().contains("min_runtime=10m"), "{}", c.job(held).comment());
+    let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={held}"), "Partition=gpu", "Comment=min_runtime=2h"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!((c.job(held).get("Partition"), c.job(held).comment()), ("gpu", "min_runtime=2h priority=normal"));
+}

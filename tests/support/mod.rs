@@ -50,11 +50,14 @@ pub struct Options {
     pub grace: u32,
     /// Log Slurm's record of every run end (scripts/cluster.sh ALLOT_RUN_LOG).
     pub run_log: bool,
+    /// Nodes kept for small jobs (scripts/cluster.sh ALLOT_SMALL_JOB_NODES):
+    /// partition `small` of all four, `gpu` without the last this many.
+    pub small_job_nodes: u32,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0 }
     }
 }
 
@@ -150,6 +153,7 @@ impl TestCluster {
             .env("ALLOT_RECOMPUTE_PERIOD", options.recompute_period.to_string())
             .env("ALLOT_GRACE_TIME", options.grace.to_string())
             .env("ALLOT_RUN_LOG", if options.run_log { "1" } else { "0" })
+            .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
             .output()
             .expect("scripts/cluster.sh runs");
         assert!(up.status.success(), "cluster up failed:\n{}", text(&up));

@@ -13,6 +13,11 @@
 //!   no `-A` become the exact account the budget file names for the leaf
 //!   that was checked, so what is charged is what was checked. Comments and
 //!   accounts that are not UTF-8 are refused, never defaulted.
+//! - With allot.conf's `SmallJobPartition`, a job that may use the nodes
+//!   kept for small jobs (small: at most `small_job_gpus` GPUs and
+//!   `min_runtime` at most `small_job_min_runtime`; or unallocated) and names
+//!   no partition is sent to that partition; any other job that names it is
+//!   refused, saying why.
 //! - `job_modify` re-checks the same on `scontrol update`, and refuses to
 //!   change the contract or the budget of a job that has started.
 //!
@@ -24,7 +29,9 @@ use allot::budget::{BudgetTree, LeafRefusal};
 use allot::contract::{parse_comment, Contract, ContractError, ContractRules};
 use allot_slurm::config::AllotConf;
 use allot_slurm::job::{Job, JobDesc, NotUtf8};
-use allot_slurm::policy::{contract_of, leaf_of};
+use allot::budget::LeafId;
+use allot::preempt::WaitingJob;
+use allot_slurm::policy::{contract_of, leaf_of, preempt_rules, small_job_partition_route};
 use allot_slurm::snapshot::{FollowerThread, PolicySnapshot};
 use std::sync::Arc;
 use allot_slurm::{sys, JobSubmitPlugin, Plugin, Refusal};
@@ -98,7 +105,12 @@ fn canonical_comment(comment: &str, rules: ContractRules) -> Result<(String, Con
 /// is exactly the one checked here, and charging finds it).
 struct Charged {
     account: String,
+    leaf: LeafId,
     leaf_path: String,
+}
+
+fn small_partition_refusal(message: String) -> Refusal {
+    Refusal { code: sys::ESLURM_INVALID_PARTITION_NAME as i32, message: format!("allot: {message}") }
 }
 
 impl JobSubmitAllot {
@@ -133,7 +145,7 @@ impl JobSubmitAllot {
         // of the leaf's, else (no account named) the leaf's first.
         let named = account.map(str::to_lowercase);
         let account = named.filter(|a| node.accounts.iter().any(|x| x == a)).unwrap_or_else(|| node.accounts[0].clone());
-        Ok(Some(Charged { account, leaf_path: node.path.clone() }))
+        Ok(Some(Charged { account, leaf, leaf_path: node.path.clone() }))
     }
 }
 
@@ -144,8 +156,16 @@ impl JobSubmitPlugin for JobSubmitAllot {
         let Some(s) = self.snapshot() else { return Ok(()) };
         // A missing comment is the empty contract: the default minimum
         // runtime, written out so that everyone sees it.
-        let (canonical, _) = canonical_comment(&comment, s.rules)?;
+        let (canonical, contract) = canonical_comment(&comment, s.rules)?;
         let charged = self.charged(&s.tree, desc.user_id(), account.as_deref())?;
+        if let Some(small) = &self.conf.small_job_partition {
+            let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
+            let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.gpus_requested_at_most() };
+            if let Some(partition) = small_job_partition_route(small, requested.as_deref(), &waiting, preempt_rules(&s.tree)).map_err(small_partition_refusal)? {
+                log::debug!("a submission by uid {} may use the small-job nodes: partition {partition}", desc.user_id());
+                desc.set_partition(&partition);
+            }
+        }
         desc.set_comment(&canonical);
         if let Some(c) = charged {
             if account.as_deref() != Some(c.account.as_str()) {
@@ -160,10 +180,33 @@ impl JobSubmitPlugin for JobSubmitAllot {
         // Only what the update changes is checked; the rest was checked at submission.
         let comment = desc.comment().map_err(utf8_refusal)?.map(str::to_owned);
         let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
-        if comment.is_none() && account.is_none() {
+        let partition = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
+        let small_partition = self.conf.small_job_partition.as_deref().filter(|_| partition.is_some() || desc.changes_gpu_request());
+        if comment.is_none() && account.is_none() && small_partition.is_none() {
             return Ok(());
         }
         let Some(s) = self.snapshot() else { return Ok(()) };
+        // A pending job in the small-job partition must stay a job that may
+        // use it, whatever the update changes (started jobs keep their
+        // partition, contract and budget: Slurm's rule and the one below).
+        if let (Some(small), true) = (self.conf.small_job_partition.as_deref(), job.is_pending()) {
+            let contract = match &comment {
+                Some(c) => canonical_comment(c, s.rules)?.1,
+                None => contract_of(&job, s.rules),
+            };
+            let leaf = match &account {
+                Some(a) => self.charged(&s.tree, job.user_id(), Some(a))?.map(|c| c.leaf),
+                None => leaf_of(&job, &s.tree),
+            };
+            // An update of the GPU request is judged by the larger of what it
+            // names and what the job asked (its other counts may stay).
+            let gpus = if desc.changes_gpu_request() { desc.gpus_requested_at_most().max(job.gpus_requested_at_most()) } else { job.gpus_requested_at_most() };
+            let resulting = partition.as_deref().or(job.partition()).filter(|p| !p.trim().is_empty());
+            if let Some(resulting) = resulting {
+                small_job_partition_route(small, Some(resulting), &WaitingJob { leaf, contract, gpus }, preempt_rules(&s.tree))
+                    .map_err(|e| small_partition_refusal(format!("JobId={}: {e} (in the same update)", job.id())))?;
+            }
+        }
         // Once a job has started, its contract and budget are what it holds
         // its GPUs under: what is charged, protected and preempted must not
         // change under it. Edits that leave both as they are still pass.

@@ -20,6 +20,11 @@ pub struct AllotConf {
     pub grace_time: Option<u32>,
     /// Refuse jobs whose account is not in the budget tree.
     pub refuse_unknown_accounts: bool,
+    /// The Slurm partition holding the nodes kept for small jobs
+    /// (`PreemptRules::may_use_small_job_nodes`): job_submit sends small and
+    /// unallocated jobs that name no partition there and refuses other jobs
+    /// that name it. `None`: no nodes are kept.
+    pub small_job_partition: Option<String>,
     /// The file these came from, for messages (`None`: built-in defaults).
     pub source: Option<PathBuf>,
 }
@@ -31,6 +36,7 @@ impl Default for AllotConf {
             recompute_period: Duration::from_secs(30),
             grace_time: None,
             refuse_unknown_accounts: true,
+            small_job_partition: None,
             source: None,
         }
     }
@@ -53,7 +59,7 @@ impl fmt::Display for ConfError {
     }
 }
 
-const KEYS: [&str; 4] = ["LedgerPath", "RecomputePeriod", "GraceTime", "RefuseUnknownAccounts"];
+const KEYS: [&str; 5] = ["LedgerPath", "RecomputePeriod", "GraceTime", "RefuseUnknownAccounts", "SmallJobPartition"];
 
 impl AllotConf {
     /// `allot.conf` in the directory of `slurm_conf` (the path of slurm.conf).
@@ -117,6 +123,15 @@ impl AllotConf {
                     "no" | "false" | "0" => conf.refuse_unknown_accounts = false,
                     _ => error(format!("RefuseUnknownAccounts must be yes or no, got '{value}'")),
                 },
+                "SmallJobPartition" => {
+                    if value.is_empty() {
+                        conf.small_job_partition = None;
+                    } else if value.contains([',', ' ', '\t']) {
+                        error(format!("SmallJobPartition must be one partition name, got '{value}'"));
+                    } else {
+                        conf.small_job_partition = Some(value.to_owned());
+                    }
+                }
                 _ => unreachable!("every key in KEYS is handled"),
             }
         }
@@ -140,6 +155,16 @@ mod tests {
         assert_eq!(conf.recompute_period, Duration::from_secs(30));
         assert_eq!(conf.grace_time, Some(30));
         assert!(conf.refuse_unknown_accounts);
+        assert_eq!(conf.small_job_partition, None);
+    }
+
+    #[test]
+    fn small_job_partition_is_one_name_or_none() {
+        let conf = AllotConf::parse("SmallJobPartition=small\n", Path::new("a.conf")).unwrap();
+        assert_eq!(conf.small_job_partition.as_deref(), Some("small"));
+        assert_eq!(AllotConf::parse("SmallJobPartition=\n", Path::new("a.conf")).unwrap().small_job_partition, None);
+        let e = AllotConf::parse("SmallJobPartition=small,gpu\n", Path::new("a.conf")).unwrap_err();
+        assert_eq!(e[0].to_string(), "a.conf:1: SmallJobPartition must be one partition name, got 'small,gpu'");
     }
 
     #[test]

@@ -383,6 +383,50 @@ impl<'a> JobDesc<'a> {
     pub fn has_signal_request(&self) -> bool {
         self.raw.warn_signal != 0 && self.raw.warn_signal != sys::NO_VAL16
     }
+    /// The requested partition list (`-p a,b`); `Err` if it is not UTF-8.
+    pub fn partition(&self) -> Result<Option<&str>, NotUtf8> {
+        // SAFETY: as for comment.
+        unsafe { borrowed_text(self.raw.partition) }.map_err(|bytes| NotUtf8 { field: "partition", bytes })
+    }
+    pub fn set_partition(&mut self, partition: &str) {
+        // SAFETY: as for set_comment.
+        unsafe { replace_slurm_string(&mut self.raw.partition, partition) };
+    }
+    /// Whether the request names GPUs or node or task counts (an update
+    /// that may change how many GPUs the job can be given).
+    pub fn changes_gpu_request(&self) -> bool {
+        let set = |n: u32| n != 0 && n != sys::NO_VAL;
+        [self.raw.tres_per_job, self.raw.tres_per_node, self.raw.tres_per_socket, self.raw.tres_per_task].iter().any(|p| !p.is_null())
+            || set(self.raw.min_nodes)
+            || set(self.raw.max_nodes)
+            || set(self.raw.num_tasks)
+    }
+    /// The most GPUs the request can be given, as [`Job::gpus_requested_at_most`]
+    /// reckons for a job record, from the request's own strings
+    /// (`--gpus`, `--gres`/`--gpus-per-node`, `--gpus-per-socket`,
+    /// `--gpus-per-task`) and counts. GPUs per task without `--ntasks`, and
+    /// GPU strings it cannot read, have no bound (`u32::MAX`).
+    pub fn gpus_requested_at_most(&self) -> u32 {
+        let text = |p: *mut std::os::raw::c_char| {
+            // SAFETY: request strings are NUL-terminated and owned by the request; not UTF-8: not a count we can read.
+            unsafe { borrowed_text(p) }.map_err(|_| ())
+        };
+        let (Ok(per_job), Ok(per_node), Ok(per_socket), Ok(per_task)) = (text(self.raw.tres_per_job), text(self.raw.tres_per_node), text(self.raw.tres_per_socket), text(self.raw.tres_per_task)) else {
+            return u32::MAX;
+        };
+        let set = |n: u32| n != 0 && n != sys::NO_VAL;
+        let tasks = set(self.raw.num_tasks).then_some(self.raw.num_tasks as u64);
+        let min_nodes = if set(self.raw.min_nodes) { self.raw.min_nodes as u64 } else { 1 };
+        let nodes = if set(self.raw.max_nodes) { self.raw.max_nodes as u64 } else { tasks.unwrap_or(min_nodes) }.max(min_nodes);
+        let gpus = |tres: Option<&str>| tres.map(gpus_in_tres).unwrap_or(Some(0));
+        let parts = [
+            gpus(per_job),
+            gpus(per_node).map(|g| g.saturating_mul(nodes)),
+            gpus(per_socket).map(|g| if g == 0 { 0 } else { u64::MAX }),
+            gpus(per_task).map(|g| if g == 0 { 0 } else { tasks.map_or(u64::MAX, |t| g.saturating_mul(t)) }),
+        ];
+        parts.iter().try_fold(0u64, |sum, p| p.map(|g| sum.saturating_add(g))).unwrap_or(u64::MAX).min(u32::MAX as u64) as u32
+    }
     /// Ask Slurm to send `signal` to the batch shell too (not only to the
     /// steps) `seconds` before the end, and at preemption (with
     /// SlurmctldParameters=preempt_send_user_signal): what `--signal=B:SIG@N`
@@ -391,5 +435,46 @@ impl<'a> JobDesc<'a> {
         self.raw.warn_signal = signal;
         self.raw.warn_time = seconds;
         self.raw.warn_flags |= sys::KILL_JOB_BATCH as u16;
+    }
+}
+
+/// GPUs a request's TRES string asks for (`gres:gpu:2`, `gres:gpu:a100:2`,
+/// `gres:gpu` for one, `gres/gpu:2` as later Slurm writes it, entries
+/// separated by commas, other GRES ignored): `Some(0)` when it names no GPU,
+/// `None` when a GPU count cannot be read.
+pub fn gpus_in_tres(tres: &str) -> Option<u64> {
+    let mut total = 0u64;
+    for item in tres.split([',', ';']).map(str::trim).filter(|i| !i.is_empty()) {
+        let item = item.strip_prefix("gres:").or_else(|| item.strip_prefix("gres/")).unwrap_or(item);
+        let mut parts = item.split([':', '=']);
+        if parts.next() != Some("gpu") {
+            continue;
+        }
+        let rest: Vec<&str> = parts.collect();
+        let count = match rest.last() {
+            None => 1,
+            Some(last) if last.starts_with(|c: char| c.is_ascii_digit()) => last.parse::<u64>().ok()?,
+            Some(_) => 1, // a type with no count: one
+        };
+        total = total.saturating_add(count);
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpus_in_tres;
+
+    #[test]
+    fn reads_gpu_counts_from_request_strings() {
+        assert_eq!(gpus_in_tres("gres:gpu:2"), Some(2));
+        assert_eq!(gpus_in_tres("gres:gpu:a100:3"), Some(3));
+        assert_eq!(gpus_in_tres("gres:gpu"), Some(1));
+        assert_eq!(gpus_in_tres("gres:gpu:a100"), Some(1));
+        assert_eq!(gpus_in_tres("gres/gpu:4"), Some(4));
+        assert_eq!(gpus_in_tres("gres:gpu:2,gres:mps:100,gres:gpu:v100:1"), Some(3));
+        assert_eq!(gpus_in_tres("gres:mps:100"), Some(0));
+        assert_eq!(gpus_in_tres("gres:gpu:2k"), None);
+        assert_eq!(gpus_in_tres(""), Some(0));
     }
 }

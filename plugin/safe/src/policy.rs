@@ -55,3 +55,71 @@ pub fn preempt_rules(tree: &BudgetTree) -> PreemptRules {
 pub fn victim_prio(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules, ranking: &Ranking) -> u32 {
     victim_order(&running_job(job, tree, rules), job.gpus_allocated(), job.requeue_allowed(), ranking, preempt_rules(tree))
 }
+
+/// Where a job goes with respect to the small-job partition (allot.conf's
+/// `SmallJobPartition`): `Ok(Some(p))` to set its partition to `p` (a job
+/// that may use the kept nodes and named no partition), `Ok(None)` to leave
+/// it, `Err` with the reason when it names that partition and may not use it.
+pub fn small_job_partition_route(small: &str, requested: Option<&str>, job: &WaitingJob, rules: PreemptRules) -> Result<Option<String>, String> {
+    let eligible = rules.may_use_small_job_nodes(job);
+    let requested = requested.map(str::trim).filter(|p| !p.is_empty());
+    match requested {
+        None if eligible => Ok(Some(small.to_owned())),
+        None => Ok(None),
+        Some(list) if !eligible && list.split(',').any(|p| p.trim() == small) => {
+            let kept_for = if rules.small_job_gpus == 0 {
+                "unallocated jobs (min_runtime=0)".to_owned()
+            } else {
+                format!(
+                    "small jobs (at most {} GPUs and min_runtime at most {}) and unallocated ones (min_runtime=0)",
+                    rules.small_job_gpus,
+                    allot::duration::format_duration(rules.small_job_min_runtime)
+                )
+            };
+            let asks = if job.leaf.is_none() {
+                "is charged to no budget".to_owned()
+            } else if job.gpus == u32::MAX {
+                format!("can be given any number of GPUs (GPUs per task without --ntasks, or per socket) with min_runtime={}", allot::duration::format_duration(job.contract.min_runtime))
+            } else {
+                format!("can be given up to {} GPUs with min_runtime={}", job.gpus, allot::duration::format_duration(job.contract.min_runtime))
+            };
+            Err(format!("partition '{small}' is kept for {kept_for}; this job {asks}: leave '{small}' out of its partitions"))
+        }
+        Some(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use allot::contract::PriorityLevel;
+
+    fn job(leaf: Option<LeafId>, gpus: u32, min_runtime: i64) -> WaitingJob {
+        WaitingJob { leaf, contract: Contract { min_runtime, priority: PriorityLevel::Normal }, gpus }
+    }
+
+    #[test]
+    fn small_jobs_are_sent_to_the_small_job_partition_and_others_kept_out() {
+        let rules = PreemptRules::default();
+        let route = |requested, j: &WaitingJob| small_job_partition_route("small", requested, j, rules);
+        // Named no partition: small and unallocated jobs go there, others stay.
+        assert_eq!(route(None, &job(Some(0), 1, 600)), Ok(Some("small".into())));
+        assert_eq!(route(Some(" "), &job(Some(0), 64, 0)), Ok(Some("small".into())));
+        assert_eq!(route(None, &job(Some(0), 16, 7200)), Ok(None));
+        // Named one: left as asked, unless it is the small one and the job may not use it.
+        assert_eq!(route(Some("gpu"), &job(Some(0), 1, 600)), Ok(None));
+        assert_eq!(route(Some("gpu,small"), &job(Some(0), 2, 1800)), Ok(None));
+        assert_eq!(route(Some("gpu"), &job(Some(0), 16, 7200)), Ok(None));
+        let e = route(Some("gpu,small"), &job(Some(0), 16, 7200)).unwrap_err();
+        assert_eq!(
+            e,
+            "partition 'small' is kept for small jobs (at most 8 GPUs and min_runtime at most 30m) and unallocated ones (min_runtime=0); this job can be given up to 16 GPUs with min_runtime=2h: leave 'small' out of its partitions"
+        );
+        assert!(route(Some("small"), &job(Some(0), u32::MAX, 600)).unwrap_err().contains("any number of GPUs"));
+        assert!(route(Some("small"), &job(None, 1, 600)).unwrap_err().contains("charged to no budget"));
+        let off = PreemptRules { small_job_gpus: 0, ..rules };
+        assert!(small_job_partition_route("small", Some("small"), &job(Some(0), 1, 600), off).unwrap_err().contains("kept for unallocated jobs (min_runtime=0);"));
+        // A partition whose name merely contains the small one's is another partition.
+        assert_eq!(route(Some("smaller"), &job(Some(0), 16, 7200)), Ok(None));
+    }
+}
