@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Do short debug jobs start within a minute on a busy cluster? Measured on
-# the single-host test cluster (4 nodes x 8 GPUs), in one run, for allot and
-# for Slurm's own plugins (priority/basic, preempt/none), same workload,
-# both with the shipped settings (conf/slurm-*.conf, conf/allot.conf):
+# the single-host test cluster (4 nodes x 8 GPUs), in one run, for allot,
+# allot with n4 kept for small jobs (allot-kept: ALLOT_SMALL_JOB_NODES=1,
+# allot.conf SmallJobPartition=small) and Slurm's own plugins
+# (priority/basic, preempt/none), same workload, all with the shipped
+# settings (conf/slurm-*.conf, conf/allot.conf):
 #
 #   1. the 32 GPUs are filled with allocated training jobs: one whole-node
 #      job of each over-served team (vision, language) that is past its
 #      10-minute minimum runtime when the debug jobs come, one of robotics
 #      inside its 8 hours, and on n4 language's 6-GPU job (8 hours) beside
-#      two unallocated (min_runtime=0) 1-GPU jobs of vision;
+#      two unallocated (min_runtime=0) 1-GPU jobs of vision (allot-kept: n4
+#      takes no 8-hour job, so language's 6 GPUs there are unallocated too);
 #   2. 5,000 pending 8-GPU training jobs of the over-served teams (an
 #      under-served team's backlog would take their nodes the moment their
 #      minimum runtimes end, which is the budget at work but leaves nothing
@@ -25,7 +28,7 @@
 # No --priority=TOP and no admin action. Usage: scripts/bench-debug.sh
 # [INTERVAL] [WAIT]   (defaults 15 s between debug jobs; each may wait up to
 # 180 s before it counts as not started). As root. BENCH_CONFIGS="allot"
-# runs one configuration only.
+# runs one configuration only (of allot, allot-kept, stock).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -93,13 +96,14 @@ sb() { # user args... -> job id
     runuser -u "$user" -- sbatch --parsable -o /dev/null -e /dev/null "$@"
 }
 
-run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on stderr
-    local plugins=$1
+run_config() { # config -> lines "group job wait_s|none" on stdout, progress on stderr
+    local config=$1 plugins=${1%-kept} kept=0 n4_minrt="8h"
+    [[ $config == *-kept ]] && kept=1 n4_minrt="0"
     scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
     rm -rf "$DIR"; mkdir -p "$DIR"
     "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
     plant_history "$DIR/ledger.db"
-    scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
+    ALLOT_SMALL_JOB_NODES=$kept scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
     eval "$(scripts/cluster.sh env "$DIR")"
     cd "$DIR/jobs"
 
@@ -111,7 +115,7 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     sb vic  --account=vision   -w n1 --gres=gpu:8 --comment="min_runtime=10m" --wrap "sleep 7200" >/dev/null
     sb lana --account=language -w n2 --gres=gpu:8 --comment="min_runtime=10m" --wrap "sleep 7200" >/dev/null
     sb rob  --account=robotics -w n3 --gres=gpu:8 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
-    sb lana --account=language -w n4 --gres=gpu:6 --comment="min_runtime=8h" --wrap "sleep 7200" >/dev/null
+    sb lana --account=language -w n4 --gres=gpu:6 --comment="min_runtime=$n4_minrt" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
     sb vic  --account=vision   -w n4 --gres=gpu:1 --comment="min_runtime=0" --wrap "sleep 7200" >/dev/null
     for _ in $(seq 1 30); do
@@ -120,7 +124,7 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     done
     local filled
     filled=$(date +%s)
-    echo "bench-debug: $plugins: cluster full; queueing $PENDING training jobs" >&2
+    echo "bench-debug: $config: cluster full; queueing $PENDING training jobs" >&2
     # 2. The backlog, as root on the users' accounts (fast; job_submit checks them all).
     local users=(vic lana) accounts=(vision language) i
     for ((i = 0; i < PENDING; i++)); do
@@ -130,7 +134,7 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     # The 10-minute protections end (counted from the fill's start).
     local left=$((filled + 610 - $(date +%s)))
     ((left > 0)) && sleep "$left"
-    show() { [[ ${BENCH_VERBOSE:-0} == 1 ]] && { echo "bench-debug: $plugins: $1" >&2; squeue -t R -o '    %.5i %.5u %.9a %.6b %.8M %k' >&2; }; return 0; }
+    show() { [[ ${BENCH_VERBOSE:-0} == 1 ]] && { echo "bench-debug: $config: $1" >&2; squeue -t R -o '    %.5i %.5u %.9a %.6b %.8M %k' >&2; }; return 0; }
     show "running before the debug jobs"
     local restarts_before
     restarts_before=$(scontrol show job -o | grep -c 'Restarts=[1-9]' || true)
@@ -167,7 +171,7 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
     done
     echo "preemptions $((restarts_after - restarts_before))"
     # The daemons' logs outlive the cluster, for a look at where waits came from.
-    rm -rf "$DIR-$plugins-log" && cp -r "$DIR/log" "$DIR-$plugins-log"
+    rm -rf "$DIR-$config-log" && cp -r "$DIR/log" "$DIR-$config-log"
     cd "$repo"
     scripts/cluster.sh down "$DIR" >/dev/null
 }
@@ -175,10 +179,10 @@ run_config() { # plugins -> lines "group job wait_s|none" on stdout, progress on
 printf 'bench-debug: shipped settings: GraceTime=%s s, RecomputePeriod=%s s; %s\n' \
     "$(sed -n 's/^GraceTime=//p' conf/allot.conf)" "$(sed -n 's/^RecomputePeriod=//p' conf/allot.conf)" \
     "$(sed -n 's/^SchedulerParameters=//p' conf/slurm-allot.conf)"
-for plugins in ${BENCH_CONFIGS:-allot stock}; do
-    out=$(run_config "$plugins")
-    echo "== $plugins"
-    awk -v cfg="$plugins" -v limit="$max_wait" '
+for config in ${BENCH_CONFIGS:-allot allot-kept stock}; do
+    out=$(run_config "$config")
+    echo "== $config"
+    awk -v cfg="$config" -v limit="$max_wait" '
         $1 == "preemptions" { pre = $2; next }
         { n[$1]++; if ($3 == "none") { none[$1]++ } else { w[$1, ++s[$1]] = $3 } ; printf "  %-5s debug job %-5s wait %s\n", $1, $2, ($3 == "none" ? "did not start within " limit " s" : $3 " s") }
         END {

@@ -666,5 +666,9 @@ mod tests {
         assert!(e.contains("--bf-interval must be at least 1s"), "{e}");
         // The JSON reports the interval the simulation used.
         assert_eq!(settings(&["--bf-interval", "1s"])["bf_interval_s"].as_i64(), Some(1));
+        let e = allot(&[path, "--cluster", "1x8", "--small-job-nodes", "1"]).unwrap_err().to_string();
+        assert!(e.contains("--small-job-nodes 1 keeps every node of the 1x8 cluster for small jobs"), "{e}");
+        let e = allot(&[path, "--cluster", "2x8", "--small-job-nodes=-1"]).unwrap_err().to_string();
+        assert!(e.contains("invalid value '-1' for '--small-job-nodes"), "{e}");
     }
 }
