@@ -201,7 +201,7 @@ for config in ${BENCH_CONFIGS:-allot allot-kept stock}; do
             printf "  all %d debug jobs: %d started; p50 %s, p90 %s, max %s\n", total, na,
                 (p50 <= na ? all[p50] " s" : "> " limit " s"), (p90 <= na ? all[p90] " s" : "> " limit " s"),
                 (na == total ? all[na] " s" : "> " limit " s")
-            printf "  training jobs preempted during the debug phase: %d\n", pre
+            printf "  jobs preempted during the debug phase (unallocated ones included): %d\n", pre
         }' <<<"$out"
 done
 rm -f "$budget"

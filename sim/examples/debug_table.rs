@@ -96,21 +96,30 @@ fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
     v[v.len() / 2]
 }
 
-/// One row: medians over the seeds' reports (delivered/owed: the lowest
-/// and highest team of any seed; ping-pongs: the total).
-fn row(variant: &str, name: &str, rs: &[Report]) -> String {
-    let d: Vec<(i64, i64, i64, i64)> = rs.iter().map(debug_of).collect();
+/// The lowest and highest team's delivered/owed of any seed's report.
+fn owed_range(rs: &[Report]) -> (f64, f64) {
     let ratios: Vec<f64> = rs.iter().flat_map(|r| r.teams.iter().filter_map(|t| t.delivered_over_owed)).collect();
-    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    (ratios.iter().copied().fold(f64::INFINITY, f64::min), ratios.iter().copied().fold(0.0, f64::max))
+}
+
+/// One row: medians over the seeds' reports (delivered/owed: the lowest
+/// and highest team of any seed, over the whole run and over the loaded
+/// days alone, from `loaded`: the same runs stopped when submissions end;
+/// ping-pongs: the total).
+fn row(variant: &str, name: &str, rs: &[Report], loaded: &[Report]) -> String {
+    let d: Vec<(i64, i64, i64, i64)> = rs.iter().map(debug_of).collect();
+    let (lo, hi) = owed_range(rs);
+    let (llo, lhi) = owed_range(loaded);
     format!(
-        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} by small jobs across teams, {} unallocated) | {:.0} | {} ({}) |",
+        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} by small jobs across teams, {} unallocated) | {:.0} | {} ({}) |",
         human(median(d.iter().map(|x| x.0).collect())),
         human(median(d.iter().map(|x| x.1).collect())),
         human(median(d.iter().map(|x| x.2).collect())),
         human(median(d.iter().map(|x| x.3).collect())),
         100.0 * lo,
         100.0 * hi,
+        100.0 * llo,
+        100.0 * lhi,
         100.0 * median(rs.iter().map(|r| r.occupancy).collect()),
         median(rs.iter().map(|r| r.preemptions).collect()),
         median(rs.iter().map(|r| r.preemptions_within_team).collect()),
@@ -131,8 +140,8 @@ fn main() {
         None => vec![1],
     };
     let variants: Vec<&str> = if args.len() > 1 { args[1..].iter().map(String::as_str).collect() } else { DEBUG_VARIANTS.to_vec() };
-    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams) | occupancy | preemptions | GPU-h lost | ping-pongs (repreempted) |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams, whole run) | delivered/owed (loaded days) | occupancy | preemptions | GPU-h lost | ping-pongs (repreempted) |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for v in variants {
         let cases: Vec<_> = seeds
             .iter()
@@ -152,15 +161,21 @@ fn main() {
             if only.as_ref().is_some_and(|o| !o.iter().any(|x| x == name)) {
                 continue;
             }
-            let reports: Vec<Report> = cases
-                .iter()
-                .map(|(p, s, tree)| {
-                    let mut cfg = Config::new(p.cluster, tree.clone(), policy);
-                    apply(&mut cfg);
-                    simulate(&s.workload, &cfg, &mut |_| {}).report
-                })
-                .collect();
-            println!("{}", row(v, name, &reports));
+            let run = |loaded_only: bool| -> Vec<Report> {
+                cases
+                    .iter()
+                    .map(|(p, s, tree)| {
+                        let mut cfg = Config::new(p.cluster, tree.clone(), policy);
+                        apply(&mut cfg);
+                        if loaded_only {
+                            // Stop when the submissions stop: a sustained load, not the drain of a finite one.
+                            cfg.horizon = Some(s.workload.span().0 + (p.days * 86_400.0).round() as i64);
+                        }
+                        simulate(&s.workload, &cfg, &mut |_| {}).report
+                    })
+                    .collect()
+            };
+            println!("{}", row(v, name, &run(false), &run(true)));
         }
     }
 }

@@ -6,8 +6,9 @@
 //!   (a lower bound). Percentiles are nearest-rank over started and waiting
 //!   jobs; refused jobs are left out.
 //! - **occupancy**: GPU-seconds delivered between the first and the last
-//!   submission, over the cluster's GPU-seconds in that span (the drain after
-//!   the last submission is left out: both policies end in an idle tail).
+//!   submission (or the horizon, if earlier), over the cluster's GPU-seconds
+//!   in that span (the drain after the last submission is left out: both
+//!   policies end in an idle tail).
 //! - **unallocated_fraction**: of all GPU-seconds delivered, the share that
 //!   ran without any protection: unallocated (`min_runtime=0`) runs under
 //!   allot, runs above the team's limit under baseline.
@@ -327,7 +328,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut unprotected: i64 = 0;
     let mut lost: i64 = 0;
     let mut preemptions = 0;
-    let (span_from, span_to) = if last_submit > first_submit { (first_submit, last_submit) } else { (outcome.start, outcome.end) };
+    // A run stopped at a horizon before the last submission: up to the horizon.
+    let (span_from, span_to) = if last_submit.min(outcome.end) > first_submit { (first_submit, last_submit.min(outcome.end)) } else { (outcome.start, outcome.end) };
     let mut in_span: i64 = 0;
     for r in &outcome.runs {
         let gs = r.gpus as i64 * (r.end - r.start);

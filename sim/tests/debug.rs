@@ -13,6 +13,13 @@ use allot_sim::{simulate, ClusterSpec, Config, PolicyKind, Report, RunEnd};
 
 const MIN: i64 = 60;
 
+/// Lowest team's delivered/owed over the loaded days with one kept node, on
+/// the variants whose teams submit steadily (measured 0.92-0.94 as the
+/// lowest of 5 seeds; `bursty`'s late bursts are owed within the window and
+/// served after it, 0.58, and `pinned`'s pinned team is owed its demand at
+/// once and served as nodes free up).
+const LOADED_OWED_FLOOR: f64 = 0.90;
+
 fn run(p: &DebugParams, tweak: impl Fn(&mut Config)) -> Report {
     let s = debug_scenario(p);
     let tree = BudgetTree::parse(&s.budget_toml).unwrap();
@@ -149,6 +156,15 @@ fn one_small_job_node_starts_every_teams_debug_jobs_within_a_minute() {
             assert!(lowest_delivered_over_owed(&kept) >= lowest_delivered_over_owed(&shipped) - 0.03, "{what}");
             assert!(kept.gpu_hours_lost_to_preemption <= shipped.gpu_hours_lost_to_preemption, "{what}");
             assert!(kept.ping_pongs <= shipped.ping_pongs + 8, "{what}");
+            // Over the 14 loaded days alone (the whole run adds the drain of
+            // a finite workload), every team within a few points of owed.
+            let loaded = run(&p, |c| {
+                c.small_job_nodes = 1;
+                c.horizon = Some((p.days * 86_400.0) as i64);
+            });
+            if !["pinned", "bursty"].contains(&v) {
+                assert!(lowest_delivered_over_owed(&loaded) >= LOADED_OWED_FLOOR, "{v} seed {seed}: {}", summary("1 small-job node, loaded days", &loaded));
+            }
         }
     }
     // Slurm's own plugins with the same node: debug jobs wait out the

@@ -169,6 +169,18 @@ fn small_job_nodes_take_only_small_and_unallocated_jobs() {
 }
 
 #[test]
+fn occupancy_stops_at_the_horizon() {
+    // One GPU busy from 0 to 20h; a second job submitted at 20h. Stopped at
+    // 10h, the GPU was busy for all of the span simulated.
+    let w = workload("1,0,1,72000,a,3600,true,normal\n2,72000,1,60,b,60,true,normal\n");
+    let mut cfg = config("1x1", "", PolicyKind::Allot);
+    cfg.horizon = Some(10 * H);
+    assert_eq!(run(&w, &cfg).report.occupancy, 1.0);
+    cfg.horizon = None;
+    assert_eq!(run(&w, &cfg).report.occupancy, 1.0);
+}
+
+#[test]
 fn a_small_job_takes_the_smallest_victim() {
     // Two nodes of 8: a's 8-GPU job on one, a's two 4-GPU jobs on the other,
     // all normal and past their protection at 2h; a's high-priority 1-GPU job
