@@ -326,7 +326,7 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
     // Slurm's own record of every run: slurmctld's EpilogSlurmctld dumps the
     // job record at each run's end (requeues included), start and end in
     // Unix seconds (ALLOT_RUN_LOG in scripts/cluster.sh).
-    let options = Options { recompute_period: SHIPPED_PERIOD, grace: 3, run_log: true };
+    let options = Options { recompute_period: SHIPPED_PERIOD, grace: 3, run_log: true, ..Options::default() };
     let c = TestCluster::start("reconcile", BUDGET, options);
     let mut jobs = Vec::new();
     // Long jobs across a slurmctld restart.
