@@ -203,36 +203,24 @@ impl<'a> Job<'a> {
     /// counts the minimum nodes only: `--gres=gpu:8 --nodes=1-4` would pass
     /// for 8 GPUs and could be given 32.
     pub fn gpus_requested_at_most(&self) -> u32 {
-        let (min_nodes, max_nodes, tasks) = match self.details() {
-            Some(d) => {
-                let set = |n: u32| n != 0 && n != sys::NO_VAL;
-                let tasks = if set(d.num_tasks) {
-                    d.num_tasks as u64
-                } else {
-                    // Each task has at least cpus_per_task of the job's CPUs.
-                    (d.min_cpus.max(1) as u64).div_ceil(if d.cpus_per_task == sys::NO_VAL16 { 1 } else { d.cpus_per_task.max(1) as u64 })
-                };
-                (d.min_nodes.max(1) as u64, set(d.max_nodes).then_some(d.max_nodes as u64), tasks)
-            }
-            None => return u32::MAX,
+        let Some(d) = self.details() else { return u32::MAX };
+        let set = |n: u32| n != 0 && n != sys::NO_VAL;
+        let tasks = if set(d.num_tasks) {
+            d.num_tasks as u64
+        } else {
+            // Each task has at least cpus_per_task of the job's CPUs.
+            (d.min_cpus.max(1) as u64).div_ceil(if d.cpus_per_task == sys::NO_VAL16 { 1 } else { d.cpus_per_task.max(1) as u64 })
         };
-        let nodes = max_nodes.unwrap_or(tasks).max(min_nodes);
+        let nodes = most_nodes(d.min_nodes as u64, set(d.max_nodes).then_some(d.max_nodes as u64), Some(tasks));
         // SAFETY: gres_list_req is null or the job's list of gres_state_t, valid while the record is.
         let most = unsafe {
             gpu_states_sum(self.raw.gres_list_req, |g| {
-                let given = |n: u64| n != 0 && n != sys::NO_VAL64;
-                if given(g.gres_per_job) {
-                    g.gres_per_job
-                } else if given(g.gres_per_socket) {
-                    u64::MAX
-                } else if given(g.gres_per_task) {
-                    g.gres_per_task.saturating_mul(tasks)
-                } else if given(g.gres_per_node) {
-                    g.gres_per_node.saturating_mul(nodes)
-                } else if given(g.total_gres) {
-                    g.total_gres
+                let given = |n: u64| if n == sys::NO_VAL64 { 0 } else { n };
+                let asked = [g.gres_per_job, g.gres_per_node, g.gres_per_socket, g.gres_per_task].map(given);
+                if asked == [0; 4] {
+                    given(g.total_gres)
                 } else {
-                    0
+                    most_gpus(asked, nodes, Some(tasks))
                 }
             })
         };
@@ -417,15 +405,12 @@ impl<'a> JobDesc<'a> {
         let set = |n: u32| n != 0 && n != sys::NO_VAL;
         let tasks = set(self.raw.num_tasks).then_some(self.raw.num_tasks as u64);
         let min_nodes = if set(self.raw.min_nodes) { self.raw.min_nodes as u64 } else { 1 };
-        let nodes = if set(self.raw.max_nodes) { self.raw.max_nodes as u64 } else { tasks.unwrap_or(min_nodes) }.max(min_nodes);
-        let gpus = |tres: Option<&str>| tres.map(gpus_in_tres).unwrap_or(Some(0));
-        let parts = [
-            gpus(per_job),
-            gpus(per_node).map(|g| g.saturating_mul(nodes)),
-            gpus(per_socket).map(|g| if g == 0 { 0 } else { u64::MAX }),
-            gpus(per_task).map(|g| if g == 0 { 0 } else { tasks.map_or(u64::MAX, |t| g.saturating_mul(t)) }),
-        ];
-        parts.iter().try_fold(0u64, |sum, p| p.map(|g| sum.saturating_add(g))).unwrap_or(u64::MAX).min(u32::MAX as u64) as u32
+        let nodes = most_nodes(min_nodes, set(self.raw.max_nodes).then_some(self.raw.max_nodes as u64), tasks);
+        let gpus = |tres: Option<&str>| tres.map_or(Some(0), gpus_in_tres);
+        let (Some(per_job), Some(per_node), Some(per_socket), Some(per_task)) = (gpus(per_job), gpus(per_node), gpus(per_socket), gpus(per_task)) else {
+            return u32::MAX;
+        };
+        most_gpus([per_job, per_node, per_socket, per_task], nodes, tasks).min(u32::MAX as u64) as u32
     }
     /// Ask Slurm to send `signal` to the batch shell too (not only to the
     /// steps) `seconds` before the end, and at preemption (with
@@ -436,6 +421,23 @@ impl<'a> JobDesc<'a> {
         self.raw.warn_time = seconds;
         self.raw.warn_flags |= sys::KILL_JOB_BATCH as u16;
     }
+}
+
+/// The most nodes a job can be given: its maximum node count, else one per
+/// task, else its minimum; never fewer than its minimum (at least one).
+pub fn most_nodes(min_nodes: u64, max_nodes: Option<u64>, tasks: Option<u64>) -> u64 {
+    let min_nodes = min_nodes.max(1);
+    max_nodes.or(tasks).unwrap_or(min_nodes).max(min_nodes)
+}
+
+/// The most GPUs a request of `[per job, per node, per socket, per task]`
+/// GPUs (0: not asked) can be given on at most `nodes` nodes with `tasks`
+/// tasks: per node times the nodes, per task times the tasks (no bound when
+/// the task count is unknown), per socket no bound. Summed, so a request
+/// naming two kinds counts as the larger of them at least.
+pub fn most_gpus([per_job, per_node, per_socket, per_task]: [u64; 4], nodes: u64, tasks: Option<u64>) -> u64 {
+    let times = |g: u64, n: Option<u64>| if g == 0 { 0 } else { n.map_or(u64::MAX, |n| g.saturating_mul(n)) };
+    per_job.saturating_add(times(per_node, Some(nodes))).saturating_add(times(per_socket, None)).saturating_add(times(per_task, tasks))
 }
 
 /// GPUs a request's TRES string asks for (`gres:gpu:2`, `gres:gpu:a100:2`,
@@ -463,7 +465,23 @@ pub fn gpus_in_tres(tres: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::gpus_in_tres;
+    use super::{gpus_in_tres, most_gpus, most_nodes};
+
+    #[test]
+    fn bounds_gpus_by_the_most_nodes_and_tasks_a_job_can_get() {
+        // --gres=gpu:8 --nodes=1-4: 32; without a node range, 8.
+        assert_eq!(most_gpus([0, 8, 0, 0], most_nodes(1, Some(4), None), None), 32);
+        assert_eq!(most_gpus([0, 8, 0, 0], most_nodes(0, None, None), None), 8);
+        // -n 16 with no node count may spread over 16 nodes.
+        assert_eq!(most_gpus([0, 1, 0, 0], most_nodes(1, None, Some(16)), Some(16)), 16);
+        assert_eq!(most_gpus([4, 0, 0, 0], 9, None), 4);
+        assert_eq!(most_gpus([0, 0, 0, 2], 1, Some(3)), 6);
+        // Per task with no task count, or per socket: no bound.
+        assert_eq!(most_gpus([0, 0, 0, 2], 1, None), u64::MAX);
+        assert_eq!(most_gpus([0, 0, 1, 0], 1, Some(1)), u64::MAX);
+        assert_eq!(most_gpus([0; 4], 4, Some(4)), 0);
+        assert_eq!(most_nodes(3, Some(2), None), 3);
+    }
 
     #[test]
     fn reads_gpu_counts_from_request_strings() {
