@@ -181,21 +181,21 @@ impl JobSubmitPlugin for JobSubmitAllot {
         let comment = desc.comment().map_err(utf8_refusal)?.map(str::to_owned);
         let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
         let partition = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
-        let small_partition = self.conf.small_job_partition.as_deref().filter(|_| partition.is_some() || desc.changes_gpu_request());
-        if comment.is_none() && account.is_none() && small_partition.is_none() {
+        let moves_small = self.conf.small_job_partition.is_some() && (partition.is_some() || desc.changes_gpu_request());
+        if comment.is_none() && account.is_none() && !moves_small {
             return Ok(());
         }
         let Some(s) = self.snapshot() else { return Ok(()) };
+        // What the update asks for, each checked once: (canonical comment, contract), and the leaf and account it would charge.
+        let asked_contract = comment.as_deref().map(|c| canonical_comment(c, s.rules)).transpose()?;
+        let asked_charged = account.as_deref().map(|a| self.charged(&s.tree, job.user_id(), Some(a))).transpose()?;
         // A pending job in the small-job partition must stay a job that may
         // use it, whatever the update changes (started jobs keep their
         // partition, contract and budget: Slurm's rule and the one below).
         if let (Some(small), true) = (self.conf.small_job_partition.as_deref(), job.is_pending()) {
-            let contract = match &comment {
-                Some(c) => canonical_comment(c, s.rules)?.1,
-                None => contract_of(&job, s.rules),
-            };
-            let leaf = match &account {
-                Some(a) => self.charged(&s.tree, job.user_id(), Some(a))?.map(|c| c.leaf),
+            let contract = asked_contract.as_ref().map_or_else(|| contract_of(&job, s.rules), |(_, c)| *c);
+            let leaf = match &asked_charged {
+                Some(charged) => charged.as_ref().map(|c| c.leaf),
                 None => leaf_of(&job, &s.tree),
             };
             // An update of the GPU request is judged by the larger of what it
@@ -211,8 +211,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         // its GPUs under: what is charged, protected and preempted must not
         // change under it. Edits that leave both as they are still pass.
         let started = !job.is_pending();
-        if let Some(comment) = &comment {
-            let (canonical, contract) = canonical_comment(comment, s.rules)?;
+        if let Some((canonical, contract)) = asked_contract {
             let current = contract_of(&job, s.rules);
             if started && contract != current {
                 return Err(Refusal {
@@ -227,8 +226,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
             }
             desc.set_comment(&canonical);
         }
-        if let Some(account) = &account {
-            let charged = self.charged(&s.tree, job.user_id(), Some(account))?;
+        if let Some(charged) = asked_charged {
             let now_leaf = leaf_of(&job, &s.tree).map(|l| s.tree.leaf_node(l).path.clone());
             let new_leaf = charged.as_ref().map(|c| c.leaf_path.clone());
             if started && (now_leaf != new_leaf || job.account() != charged.as_ref().map(|c| c.account.as_str())) {
