@@ -1,114 +1,89 @@
-//! Generates raw bindings to Slurm 22.05.8 (public headers from libslurm-dev,
-//! slurmctld-internal headers from the Slurm source tree) and a C-side
-//! layout table that `tests/layout.rs` checks the bindings against.
+//! Generates raw bindings to one supported Slurm release (public headers from
+//! that release's libslurm-dev, slurmctld-internal headers from its source
+//! tree), the `cfg` naming the release, and a C-side layout table that
+//! `tests/layout.rs` checks every bound struct against.
 //!
 //! Inputs (environment):
-//! - `SLURM_SRC_DIR`: the unpacked Slurm source tree; default
-//!   `/usr/local/src/allot/slurm-wlm-22.05.8`, which
-//!   `scripts/install-deps.sh` creates.
-//! - `SLURM_INCLUDE_DIR`: where `slurm/slurm.h` and `slurm/slurm_version.h`
-//!   are installed (libslurm-dev); default `/usr/include`.
+//! - `ALLOT_SLURM_RELEASE`: the release to build for, `22.05` (the default,
+//!   Debian 12's 22.05.8) or `24.11` (Debian 13's 24.11.5). See [`RELEASES`].
+//! - `SLURM_SRC_DIR`: the unpacked Slurm source tree of that release; default
+//!   the release's directory under `/usr/local/src/allot`, which
+//!   `scripts/install-deps.sh` fills.
+//! - `SLURM_INCLUDE_DIR`: where that release's `slurm/slurm.h` and
+//!   `slurm/slurm_version.h` are installed (libslurm-dev); default per release.
 //! - `LIBCLANG_PATH`: honoured by bindgen (clang-sys) if libclang is not in a
 //!   standard place.
 //!
-//! Outputs in `OUT_DIR`: `bindings.rs`, `version.rs`, `layout_checks.rs`.
+//! Outputs in `OUT_DIR`: `bindings.rs`, `version.rs`, `layout_checks.rs`;
+//! `cargo:rustc-cfg=slurm="24.11"` (and the same for every release), and the
+//! `release` link metadata (`DEP_SLURM_RELEASE` in the build scripts of the
+//! crates that depend on this one, so they set the same cfg).
 //!
-//! The crate targets exactly one Slurm: struct layouts of slurmctld's
-//! internals change between releases and a plugin built for another version
-//! is refused by slurmctld (`plugin_version` must equal
-//! `SLURM_VERSION_NUMBER`), so any other version is an error here.
+//! A plugin targets exactly one Slurm: struct layouts of slurmctld's
+//! internals change between releases and slurmctld refuses a plugin built for
+//! another version (`plugin_version` must equal `SLURM_VERSION_NUMBER`), so
+//! a tree or header of any other version is an error here.
 
+use std::collections::HashMap;
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 
-const EXPECTED_VERSION: (u32, u32, u32) = (22, 5, 8);
-const EXPECTED_VERSION_NUMBER: u32 = 0x16_05_08;
-const EXPECTED_VERSION_STRING: &str = "22.05.8";
-const DEFAULT_SRC_DIR: &str = "/usr/local/src/allot/slurm-wlm-22.05.8";
-const DEFAULT_INCLUDE_DIR: &str = "/usr/include";
-const FIX: &str = "install the build prerequisites with `sudo scripts/install-deps.sh` \
-                   (from the repository root)";
+/// A Slurm release allot's plugins are built for.
+struct Release {
+    /// What `ALLOT_SLURM_RELEASE` and the `slurm` cfg call it.
+    name: &'static str,
+    /// The one micro version of it that allot supports (Debian's).
+    version: (u32, u32, u32),
+    /// The Debian suite shipping that version.
+    suite: &'static str,
+    /// Default `SLURM_SRC_DIR` (scripts/install-deps.sh puts it there).
+    src_dir: &'static str,
+    /// Default `SLURM_INCLUDE_DIR`.
+    include_dir: &'static str,
+}
 
-/// Structs (and fields) whose layout the plugins rely on. build.rs emits a C
-/// probe that records `sizeof`/`offsetof` for each, and a Rust table pairing
-/// those numbers with `size_of`/`offset_of!` on the bindings; tests/layout.rs
-/// asserts they agree. Add a field here before a plugin starts to read it.
-#[rustfmt::skip]
-const LAYOUT: &[(&str, &[&str])] = &[
-    (
-        "job_record_t",
-        &[
-            "magic", "account", "admin_comment", "array_job_id", "array_task_id", "assoc_id",
-            "assoc_ptr", "batch_flag", "bit_flags", "comment", "details", "direct_set_prio",
-            "end_time", "gres_list_req", "gres_list_alloc", "group_id", "het_job_id", "job_id",
-            "job_resrcs", "job_state", "last_sched_eval", "name", "nodes", "node_bitmap",
-            "node_cnt", "partition", "part_ptr_list", "part_ptr", "pre_sus_time", "preempt_time",
-            "preempt_in_progress", "priority", "priority_array", "prio_factors", "qos_id",
-            "qos_ptr", "restart_cnt", "resize_time", "start_time", "state_desc", "state_reason",
-            "suspend_time", "system_comment", "time_limit", "time_min", "tot_sus_time",
-            "total_cpus", "tres_per_job", "tres_per_node", "tres_per_task", "tres_req_cnt",
-            "tres_req_str", "tres_alloc_cnt", "tres_alloc_str", "user_id", "user_name", "wckey",
-        ],
-    ),
-    (
-        "job_details_t",
-        &[
-            "accrue_time", "begin_time", "cpus_per_task", "features", "max_nodes", "min_cpus",
-            "min_nodes", "num_tasks", "requeue", "submit_time", "work_dir",
-        ],
-    ),
-    (
-        "job_desc_msg_t",
-        &[
-            "account", "array_inx", "begin_time", "bitflags", "comment", "group_id", "max_nodes",
-            "min_nodes", "name", "num_tasks", "partition", "priority", "qos", "requeue", "script",
-            "time_limit", "time_min", "tres_per_job", "tres_per_node", "tres_per_socket",
-            "tres_per_task", "user_id", "warn_flags", "warn_signal", "warn_time", "work_dir",
-        ],
-    ),
-    (
-        "part_record_t",
-        &[
-            "flags", "grace_time", "name", "node_bitmap", "nodes", "preempt_mode",
-            "priority_job_factor", "priority_tier", "state_up", "total_cpus", "total_nodes",
-        ],
-    ),
-    (
-        "node_record_t",
-        &["comment", "cpus", "gres", "gres_list", "index", "name", "node_state", "real_memory"],
-    ),
-    (
-        "job_queue_rec_t",
-        &["array_task_id", "job_id", "job_ptr", "part_ptr", "priority", "resv_ptr"],
-    ),
-    ("slurmctld_lock_t", &["conf", "job", "node", "part", "fed"]),
-    ("gres_state_t", &["config_flags", "plugin_id", "gres_data", "gres_name", "state_type"]),
-    (
-        "gres_job_state_t",
-        &[
-            "type_id", "type_name", "flags", "gres_per_job", "gres_per_node", "gres_per_socket",
-            "gres_per_task", "total_gres", "node_cnt", "gres_cnt_node_alloc",
-        ],
-    ),
-    (
-        "priority_factors_object_t",
-        &[
-            "cluster_name", "job_id", "partition", "user_id", "priority_age", "priority_fs",
-            "priority_site", "tres_cnt", "nice",
-        ],
-    ),
-    ("priority_factors_request_msg_t", &["job_id_list", "partitions", "uid_list"]),
-    (
-        "slurm_conf_t",
-        &[
-            "cluster_name", "debug_flags", "job_comp_type", "job_submit_plugins", "plugindir", "preempt_mode",
-            "preempt_type", "priority_type", "sched_params", "slurmctld_params", "slurm_user_id",
-        ],
-    ),
+/// Every supported release. Adding one: a row here, the header moves in
+/// wrapper.h, `cfg(slurm = ...)` arms where the plugin ABI differs
+/// (plugin/safe), and the release in scripts/install-deps.sh.
+const RELEASES: &[Release] = &[
+    Release {
+        name: "22.05",
+        version: (22, 5, 8),
+        suite: "bookworm",
+        src_dir: "/usr/local/src/allot/slurm-wlm-22.05.8",
+        include_dir: "/usr/include",
+    },
+    Release {
+        name: "24.11",
+        version: (24, 11, 5),
+        suite: "trixie",
+        src_dir: "/usr/local/src/allot/slurm-24.11.5",
+        include_dir: "/usr/local/src/allot/libslurm-dev-24.11.5/usr/include",
+    },
 ];
+const DEFAULT_RELEASE: &str = "22.05";
+
+impl Release {
+    fn version_string(&self) -> String {
+        let (a, b, c) = self.version;
+        format!("{a}.{b:02}.{c}")
+    }
+    fn version_number(&self) -> u32 {
+        let (a, b, c) = self.version;
+        (a << 16) | (b << 8) | c
+    }
+    fn fix(&self) -> String {
+        format!(
+            "install the build prerequisites with `sudo scripts/install-deps.sh --slurm {}` \
+             (from the repository root)",
+            self.name
+        )
+    }
+}
 
 fn main() {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
@@ -117,13 +92,21 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=wrapper.h");
+    println!("cargo:rerun-if-env-changed=ALLOT_SLURM_RELEASE");
     println!("cargo:rerun-if-env-changed=SLURM_SRC_DIR");
     println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
+    let names: Vec<String> = RELEASES.iter().map(|r| format!("\"{}\"", r.name)).collect();
+    println!("cargo::rustc-check-cfg=cfg(slurm, values({}))", names.join(", "));
 
-    let src_dir = env_path("SLURM_SRC_DIR", DEFAULT_SRC_DIR);
-    let include_dir = env_path("SLURM_INCLUDE_DIR", DEFAULT_INCLUDE_DIR);
-    check_source_tree(&src_dir);
-    check_installed_headers(&include_dir);
+    let release = selected_release();
+    println!("cargo:rustc-cfg=slurm=\"{}\"", release.name);
+    // For the build scripts of dependents (`links = "slurm"`): DEP_SLURM_RELEASE.
+    println!("cargo:release={}", release.name);
+
+    let src_dir = env_path("SLURM_SRC_DIR", release.src_dir);
+    let include_dir = env_path("SLURM_INCLUDE_DIR", release.include_dir);
+    check_source_tree(release, &src_dir);
+    check_installed_headers(release, &include_dir);
 
     // A private include directory that comes first on the include path:
     // - config.h: the internal headers `#include "config.h"`; nothing in the
@@ -154,13 +137,15 @@ fn main() {
     ];
 
     let started = std::time::Instant::now();
-    generate_bindings(&wrapper, &include_args, &out_dir);
-    let elapsed = started.elapsed();
-    let size = fs::metadata(out_dir.join("bindings.rs"))
-        .map(|m| m.len())
-        .unwrap_or(0);
+    let (bindings, c_names) = generate_bindings(release, &wrapper, &include_args);
+    fs::write(out_dir.join("bindings.rs"), &bindings).expect("write bindings.rs");
     // Visible with `cargo build -vv`; handy when tuning the allowlists.
-    println!("slurm-sys: bindings.rs {size} bytes, generated in {elapsed:.2?}");
+    println!(
+        "slurm-sys: Slurm {}: bindings.rs {} bytes, generated in {:.2?}",
+        release.version_string(),
+        bindings.len(),
+        started.elapsed()
+    );
 
     fs::write(
         out_dir.join("version.rs"),
@@ -168,14 +153,22 @@ fn main() {
             "/// `SLURM_VERSION_NUMBER` of the Slurm these bindings were generated from\n\
              /// (checked at build time against the source tree and libslurm-dev). A plugin's\n\
              /// `plugin_version` must equal it or slurmctld refuses the plugin.\n\
-             pub const SLURM_VERSION_NUMBER: u32 = {EXPECTED_VERSION_NUMBER:#08x};\n\
+             pub const SLURM_VERSION_NUMBER: u32 = {:#08x};\n\
              /// The same version as text, as `slurmctld -V` prints it.\n\
-             pub const SLURM_VERSION_STRING: &str = \"{EXPECTED_VERSION_STRING}\";\n"
+             pub const SLURM_VERSION_STRING: &str = \"{}\";\n\
+             /// The release (`cfg(slurm = ...)`, `ALLOT_SLURM_RELEASE`).\n\
+             pub const SLURM_RELEASE: &str = \"{}\";\n\
+             /// The Debian suite that ships this version.\n\
+             pub const DEBIAN_SUITE: &str = \"{}\";\n",
+            release.version_number(),
+            release.version_string(),
+            release.name,
+            release.suite,
         ),
     )
     .expect("write version.rs");
 
-    layout_probe(&wrapper, &inc, &src_dir, &out_dir);
+    layout_probe(release, &bindings, &c_names, &wrapper, &inc, &src_dir, &out_dir);
 }
 
 fn env_path(var: &str, default: &str) -> PathBuf {
@@ -192,21 +185,33 @@ fn fail(msg: String) -> ! {
     std::process::exit(1);
 }
 
-/// The source tree must exist and be 22.05.8 (its META file).
-fn check_source_tree(src_dir: &Path) {
+/// `ALLOT_SLURM_RELEASE`, which must name a supported release.
+fn selected_release() -> &'static Release {
+    let asked = env::var("ALLOT_SLURM_RELEASE").ok().filter(|v| !v.trim().is_empty());
+    let asked = asked.as_deref().map(str::trim).unwrap_or(DEFAULT_RELEASE);
+    RELEASES.iter().find(|r| r.name == asked || r.version_string() == asked).unwrap_or_else(|| {
+        let known: Vec<String> = RELEASES.iter().map(|r| format!("{} ({}, Debian {})", r.name, r.version_string(), r.suite)).collect();
+        fail(format!("ALLOT_SLURM_RELEASE={asked} is not a Slurm release allot supports; supported: {}", known.join(", ")))
+    })
+}
+
+/// The source tree must exist and be exactly the release's version (its META file).
+fn check_source_tree(release: &Release, src_dir: &Path) {
+    let fix = release.fix();
+    let want = release.version_string();
     let header = src_dir.join("src/slurmctld/slurmctld.h");
     if !header.is_file() {
         fail(format!(
             "the Slurm source tree is missing: {} does not exist.\n\
              slurm-sys needs Slurm's internal headers (job_record_t lives in \
-             src/slurmctld/slurmctld.h). Set SLURM_SRC_DIR to an unpacked slurm-wlm \
-             {EXPECTED_VERSION_STRING} source tree, or {FIX}.",
+             src/slurmctld/slurmctld.h). Set SLURM_SRC_DIR to an unpacked Slurm \
+             {want} source tree, or {fix}.",
             header.display()
         ));
     }
     let meta_path = src_dir.join("META");
     let meta = fs::read_to_string(&meta_path)
-        .unwrap_or_else(|e| fail(format!("cannot read {}: {e}; {FIX}", meta_path.display())));
+        .unwrap_or_else(|e| fail(format!("cannot read {}: {e}; {fix}", meta_path.display())));
     let field = |name: &str| -> Option<String> {
         meta.lines().find_map(|line| {
             let mut words = line.split_whitespace();
@@ -215,25 +220,32 @@ fn check_source_tree(src_dir: &Path) {
     };
     let num = |name: &str| field(name).and_then(|v| v.parse::<u32>().ok());
     let found = (num("Major:"), num("Minor:"), num("Micro:"));
-    let (major, minor, micro) = EXPECTED_VERSION;
+    let (major, minor, micro) = release.version;
     if found != (Some(major), Some(minor), Some(micro)) {
+        let found = match found {
+            (Some(a), Some(b), Some(c)) => format!("{a}.{b:02}.{c}"),
+            _ => field("Version:").unwrap_or_else(|| "unknown".into()),
+        };
         fail(format!(
-            "the Slurm source tree {} is version {} (META), but slurm-sys targets Slurm \
-             {EXPECTED_VERSION_STRING} exactly: struct layouts differ between Slurm releases. \
-             Point SLURM_SRC_DIR at a {EXPECTED_VERSION_STRING} tree, or {FIX}.",
+            "the Slurm source tree {} is version {found} (META), but this build is for Slurm \
+             {want} (ALLOT_SLURM_RELEASE={}): struct layouts differ between Slurm releases. \
+             Point SLURM_SRC_DIR at a {want} tree, or {fix}.",
             src_dir.display(),
-            field("Version:").unwrap_or_else(|| "unknown".into()),
+            release.name,
         ));
     }
 }
 
-/// libslurm-dev must be installed and be 22.05.8 (slurm_version.h).
-fn check_installed_headers(include_dir: &Path) {
+/// The release's libslurm-dev headers must be there and say its version (slurm_version.h).
+fn check_installed_headers(release: &Release, include_dir: &Path) {
+    let fix = release.fix();
+    let want = release.version_string();
+    let want_number = release.version_number();
     let version_h = include_dir.join("slurm/slurm_version.h");
     let text = fs::read_to_string(&version_h).unwrap_or_else(|e| {
         fail(format!(
-            "cannot read {} ({e}): libslurm-dev is not installed. Set SLURM_INCLUDE_DIR to \
-             where slurm/slurm.h lives, or {FIX}.",
+            "cannot read {} ({e}): the Slurm {want} headers (libslurm-dev) are not there. Set \
+             SLURM_INCLUDE_DIR to where slurm/slurm.h lives, or {fix}.",
             version_h.display()
         ))
     });
@@ -242,21 +254,19 @@ fn check_installed_headers(include_dir: &Path) {
         let value = rest.strip_prefix("SLURM_VERSION_NUMBER")?.trim();
         u32::from_str_radix(value.trim_start_matches("0x"), 16).ok()
     });
-    if number != Some(EXPECTED_VERSION_NUMBER) {
+    if number != Some(want_number) {
         fail(format!(
-            "{} has SLURM_VERSION_NUMBER {}, but slurm-sys targets Slurm {EXPECTED_VERSION_STRING} \
-             ({EXPECTED_VERSION_NUMBER:#08x}) exactly; a plugin built against another version \
-             is refused by slurmctld. Install Debian bookworm's libslurm-dev 22.05.8, or {FIX}.",
+            "{} has SLURM_VERSION_NUMBER {}, but this build is for Slurm {want} \
+             ({want_number:#08x}) exactly; a plugin built against another version is refused by \
+             slurmctld. Install Debian {}'s libslurm-dev {want}, or {fix}.",
             version_h.display(),
             number.map_or_else(|| "(none)".to_owned(), |n| format!("{n:#08x}")),
+            release.suite,
         ));
     }
     for h in ["slurm.h", "slurm_errno.h"] {
         if !include_dir.join("slurm").join(h).is_file() {
-            fail(format!(
-                "{}/slurm/{h} is missing; {FIX}",
-                include_dir.display()
-            ));
+            fail(format!("{}/slurm/{h} is missing; {fix}", include_dir.display()));
         }
     }
 }
@@ -317,7 +327,60 @@ impl bindgen::callbacks::ParseCallbacks for MacroTypes {
     }
 }
 
-fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
+/// How C spells each struct and union bindgen emits, by its Rust name: the
+/// layout probe needs a name C accepts. A tagged struct with a typedef
+/// (`typedef struct job_record job_record_t`) is bound under its tag, with
+/// the typedef as an alias: C takes the typedef. An anonymous one
+/// (`typedef struct {...} slurmctld_lock_t`) is bound under its typedef,
+/// with no alias: C takes that name. A tag with no typedef at all
+/// (`struct timespec`) is left out of the probe: the plugins read none.
+#[derive(Debug, Default, Clone)]
+struct CNames(Arc<Mutex<ItemsSeen>>);
+
+#[derive(Debug, Default)]
+struct ItemsSeen {
+    /// Rust name of each struct or union, by bindgen's item id.
+    compounds: HashMap<bindgen::callbacks::DiscoveredItemId, String>,
+    /// A typedef naming each item id.
+    aliases: HashMap<bindgen::callbacks::DiscoveredItemId, String>,
+}
+
+impl bindgen::callbacks::ParseCallbacks for CNames {
+    fn new_item_found(&self, id: bindgen::callbacks::DiscoveredItemId, item: bindgen::callbacks::DiscoveredItem) {
+        use bindgen::callbacks::DiscoveredItem;
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match item {
+            DiscoveredItem::Struct { final_name, .. } | DiscoveredItem::Union { final_name, .. } => {
+                seen.compounds.insert(id, final_name);
+            }
+            DiscoveredItem::Alias { alias_name, alias_for } => {
+                seen.aliases.entry(alias_for).or_insert(alias_name);
+            }
+            _ => {}
+        }
+    }
+}
+
+impl CNames {
+    /// Rust name -> a C spelling of the same type, for every item C can name.
+    fn spellings(&self) -> HashMap<String, String> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.compounds
+            .iter()
+            .filter_map(|(id, rust)| {
+                let c = match seen.aliases.get(id) {
+                    Some(alias) => alias.clone(),
+                    None if rust.ends_with("_t") => rust.clone(),
+                    None => return None,
+                };
+                Some((rust.clone(), c))
+            })
+            .collect()
+    }
+}
+
+fn generate_bindings(release: &Release, wrapper: &Path, clang_args: &[String]) -> (String, HashMap<String, String>) {
+    let c_names = CNames::default();
     let builder = bindgen::Builder::default()
         .header(wrapper.to_string_lossy())
         .clang_args(clang_args)
@@ -325,6 +388,7 @@ fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
         // Every included header becomes a rerun-if-changed (and bindgen's env vars).
         .parse_callbacks(Box::new(bindgen::CargoCallbacks::new()))
         .parse_callbacks(Box::new(MacroTypes))
+        .parse_callbacks(Box::new(c_names.clone()))
         // C enums as plain integer constants: Slurm stores them in uint16_t /
         // uint32_t fields and ORs flags into them, so Rust enums would be UB.
         .default_enum_style(bindgen::EnumVariation::Consts)
@@ -336,17 +400,19 @@ fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
         // Most flag macros are `SLURM_BIT(n)`, a function-like macro bindgen's own
         // evaluator cannot expand; let clang evaluate those.
         .clang_macro_fallback()
-        .clang_macro_fallback_build_dir(out_dir) // its scratch files, not next to wrapper.h
+        .clang_macro_fallback_build_dir(PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR")))
         .sort_semantically(true)
         .merge_extern_blocks(true)
         // --- types ---------------------------------------------------------
         .allowlist_type("job_record_t|job_details_t|job_desc_msg_t|part_record_t|node_record_t")
         .allowlist_type("slurmctld_lock_t|lock_level_t|job_queue_rec_t")
         .allowlist_type("slurm_preempt_data_type_t")
-        .allowlist_type("priority_factors_object_t|priority_factors_request_msg_t")
+        .allowlist_type("priority_factors_object_t|priority_factors_request_msg_t|priority_factors_t")
         .allowlist_type("gres_state_t|gres_job_state_t|gres_state_type_enum_t")
         .allowlist_type("slurm_conf_t|log_level_t")
-        .allowlist_type("List|ListIterator|ListForF|ListFindF|ListCmpF|ListDelF")
+        // Slurm lists: `List`/`ListIterator` in 22.05, `list_t`/`list_itr_t`
+        // in 24.11, the same `struct xlist`/`struct listIterator` underneath.
+        .allowlist_type("xlist|listIterator|List|ListIterator|list_t|list_itr_t|ListForF|ListFindF|ListCmpF|ListDelF")
         // Enums whose variants are the constants plugins use.
         .allowlist_type("job_states|job_state_reason|node_states|slurm_err_t")
         // --- functions -----------------------------------------------------
@@ -356,7 +422,7 @@ fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
         .allowlist_function("log_var|error|slurm_info|slurm_verbose|get_log_level|fatal")
         .allowlist_function("running_in_slurmctld")
         .allowlist_function("job_signal|job_requeue|queue_job_scheduler|find_job_record")
-        .allowlist_function("slurm_strerror|slurm_bit_test|slurm_destroy_priority_factors_object")
+        .allowlist_function("slurm_strerror|slurm_bit_test|slurm_destroy_priority_factors_object|slurm_destroy_priority_factors")
         // --- variables and macros ------------------------------------------
         .allowlist_var("job_list|part_list|last_job_update|node_record_table_ptr|node_record_count")
         .allowlist_var("slurm_conf")
@@ -381,38 +447,101 @@ fn generate_bindings(wrapper: &Path, clang_args: &[String], out_dir: &Path) {
     std::panic::set_hook(Box::new(|info| eprintln!("bindgen panicked: {info}")));
     let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.generate()));
     std::panic::set_hook(default_hook);
+    let fix = release.fix();
     let bindings = match generated {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => fail(format!(
             "bindgen could not parse {}: {e}.\nInclude path: {clang_args:?}. If a header is \
-             missing, {FIX}.",
+             missing, {fix}.",
             wrapper.display()
         )),
         Err(_) => fail(format!(
             "bindgen failed (see its message above); the usual cause is a missing libclang: \
-             {FIX} (it installs libclang-dev), or set LIBCLANG_PATH to the directory holding \
+             {fix} (it installs libclang-dev), or set LIBCLANG_PATH to the directory holding \
              libclang.so."
         )),
     };
-    bindings
-        .write_to_file(out_dir.join("bindings.rs"))
-        .expect("write bindings.rs");
+    (bindings.to_string(), c_names.spellings())
 }
 
-/// Compile and run a C program that prints sizeof/offsetof for every entry of
-/// LAYOUT with the same headers and defines, and write `layout_checks.rs`,
-/// which pairs each number with Rust's view of the same item.
-fn layout_probe(wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
+/// Rust keywords bindgen renames by appending `_` (a C field `type` is `type_`).
+const RUST_KEYWORDS: &[&str] = &[
+    "abstract", "as", "async", "await", "become", "box", "break", "const", "continue", "crate", "do", "dyn", "else",
+    "enum", "extern", "false", "final", "fn", "for", "gen", "if", "impl", "in", "let", "loop", "macro", "match",
+    "mod", "move", "mut", "override", "priv", "pub", "ref", "return", "self", "static", "struct", "super", "trait",
+    "true", "try", "type", "typeof", "union", "unsafe", "unsized", "use", "virtual", "where", "while", "yield",
+];
+
+/// One struct (or union) of the bindings and its named fields: what the
+/// layout probe checks.
+struct Probed {
+    rust: String,
+    c: String,
+    /// (Rust field name, C field name)
+    fields: Vec<(String, String)>,
+}
+
+/// Every struct and union in the generated bindings with a C spelling, and
+/// every named field of each (bitfield units, anonymous members and padding
+/// have no C name to take the offset of).
+fn probed_items(bindings: &str, c_names: &HashMap<String, String>) -> Vec<Probed> {
+    let file = syn::parse_file(bindings).unwrap_or_else(|e| fail(format!("cannot parse the generated bindings: {e}")));
+    let mut out = Vec::new();
+    for item in file.items {
+        let (ident, fields) = match item {
+            syn::Item::Struct(s) => (s.ident, s.fields),
+            syn::Item::Union(u) => (u.ident, syn::Fields::Named(u.fields)),
+            _ => continue,
+        };
+        let rust = ident.to_string();
+        let Some(c) = c_names.get(&rust) else { continue };
+        if rust.contains("__bindgen") {
+            continue; // an anonymous member type: no C name
+        }
+        let syn::Fields::Named(named) = fields else { continue };
+        let fields: Vec<(String, String)> = named
+            .named
+            .iter()
+            .filter_map(|f| f.ident.as_ref().map(|i| i.to_string()))
+            .filter(|name| !name.starts_with("_bitfield") && !name.starts_with("__bindgen") && name != "_unused")
+            .map(|name| {
+                let c_name = match name.strip_suffix('_') {
+                    Some(base) if RUST_KEYWORDS.contains(&base) => base.to_owned(),
+                    _ => name.clone(),
+                };
+                (name, c_name)
+            })
+            .collect();
+        if fields.is_empty() {
+            continue; // opaque: declared, never defined
+        }
+        out.push(Probed { rust, c: c.clone(), fields });
+    }
+    out.sort_by(|a, b| a.rust.cmp(&b.rust));
+    out
+}
+
+/// Compile and run a C program that prints sizeof/alignof of every struct
+/// and union of the bindings and the offset of each of their named fields,
+/// with the same headers and defines, and write `layout_checks.rs`, which
+/// pairs each number with Rust's view of the same item. Generated from the
+/// bindings, so a field the plugins start to read is checked with no edit.
+fn layout_probe(release: &Release, bindings: &str, c_names: &HashMap<String, String>, wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
+    let items = probed_items(bindings, c_names);
     let mut c = String::from(
         "/* generated by slurm-sys/build.rs */\n#include <stddef.h>\n#include <stdio.h>\n",
     );
     writeln!(c, "#include \"{}\"", wrapper.display()).unwrap();
     c.push_str("int main(void)\n{\n");
-    for (ty, fields) in LAYOUT {
+    // Each row is named by the C spelling, a typedef that the bindings
+    // also have (as the struct or as an alias of it): `job_record_t`, the
+    // name the plugins use, whatever bindgen called the struct itself.
+    for item in &items {
+        let ty = &item.c;
         writeln!(c, "\tprintf(\"{ty} sizeof %zu\\n\", sizeof({ty}));").unwrap();
         writeln!(c, "\tprintf(\"{ty} alignof %zu\\n\", _Alignof({ty}));").unwrap();
-        for f in *fields {
-            writeln!(c, "\tprintf(\"{ty} {f} %zu\\n\", offsetof({ty}, {f}));").unwrap();
+        for (rust_field, c_field) in &item.fields {
+            writeln!(c, "\tprintf(\"{ty} {rust_field} %zu\\n\", offsetof({ty}, {c_field}));").unwrap();
         }
     }
     c.push_str("\treturn 0;\n}\n");
@@ -420,6 +549,7 @@ fn layout_probe(wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
     let probe_exe = out_dir.join("layout_probe");
     fs::write(&probe_c, c).expect("write layout_probe.c");
 
+    let fix = release.fix();
     let compiler = cc::Build::new()
         .include(inc)
         .include(src_dir)
@@ -427,7 +557,7 @@ fn layout_probe(wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
         .cargo_metadata(false)
         .warnings(false)
         .try_get_compiler()
-        .unwrap_or_else(|e| fail(format!("no C compiler found ({e}); {FIX}")));
+        .unwrap_or_else(|e| fail(format!("no C compiler found ({e}); {fix}")));
     let mut cmd = compiler.to_command();
     cmd.arg(&probe_c).arg("-o").arg(&probe_exe);
     // The command without the environment cargo passes (pages of it).
@@ -436,12 +566,14 @@ fn layout_probe(wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
         .map(|a| a.to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join(" ");
-    let status = cmd
-        .status()
-        .unwrap_or_else(|e| fail(format!("running {shown}: {e}; {FIX}")));
-    if !status.success() {
+    let output = cmd
+        .output()
+        .unwrap_or_else(|e| fail(format!("running {shown}: {e}; {fix}")));
+    if !output.status.success() {
         fail(format!(
-            "the C layout probe did not compile ({status}): {shown}"
+            "the C layout probe did not compile ({}): {shown}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
         ));
     }
     let output = Command::new(&probe_exe).output().expect("run layout_probe");

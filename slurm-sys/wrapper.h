@@ -1,37 +1,53 @@
 /*
- * slurm-sys/wrapper.h: everything allot's slurmctld plugins touch in Slurm
- * 22.05.8. bindgen reads this file (build.rs), and so does the C layout probe
- * that tests/layout.rs compares the Rust bindings against.
+ * slurm-sys/wrapper.h: everything allot's slurmctld plugins touch in Slurm,
+ * for each supported release (22.05.8, 24.11.5). bindgen reads this file
+ * (build.rs), and so does the C layout probe that tests/layout.rs compares
+ * the Rust bindings against.
  *
- * Public headers (<slurm/...>) resolve to libslurm-dev's copies in
- * /usr/include; the internal ones ("src/...") to the Slurm source tree
- * (SLURM_SRC_DIR). build.rs supplies the empty config.h they include: the
- * structs used here do not depend on anything ./configure decides, and
- * Debian builds with --disable-debug, hence -DNDEBUG (see build.rs).
+ * Public headers (<slurm/...>) resolve to that release's libslurm-dev
+ * copies; the internal ones ("src/...") to its source tree (SLURM_SRC_DIR).
+ * build.rs supplies the empty config.h they include: the structs used here
+ * do not depend on anything ./configure decides, and Debian builds with
+ * --disable-debug, hence -DNDEBUG (see build.rs).
  */
+#include <slurm/slurm_version.h>
 #include <slurm/slurm.h>
 #include <slurm/slurm_errno.h>
-#include <slurm/slurm_version.h>
 
-#include "src/common/list.h"            /* List, list_* */
+#include "src/common/list.h"            /* List / list_t, list_* */
 #include "src/common/log.h"             /* log_var, error, slurm_info, get_log_level */
 #include "src/common/xmalloc.h"         /* slurm_xcalloc, slurm_xfree */
 #include "src/common/xstring.h"
 #include "src/common/run_in_daemon.h"   /* running_in_slurmctld */
 #include "src/common/node_conf.h"       /* node_record_t, node_record_table_ptr */
-#include "src/common/gres.h"            /* gres_state_t, gres_job_state_t */
-#include "src/common/slurm_priority.h"
 #include "src/common/read_config.h"     /* slurm_conf */
+#include "src/common/slurm_protocol_defs.h" /* slurm_destroy_priority_factors* */
+
+/* The plugin interfaces live in src/interfaces in 24.11, in src/common and
+ * src/slurmctld in 22.05 (they moved in between: check the tree of any
+ * release added here). */
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(24, 11, 0)
+#include "src/interfaces/gres.h"        /* gres_state_t, gres_job_state_t */
+#include "src/interfaces/priority.h"
+#include "src/interfaces/preempt.h"     /* slurm_preempt_data_type_t */
+#else
+#include "src/common/gres.h"
+#include "src/common/slurm_priority.h"
+#include "src/slurmctld/preempt.h"
+#endif
+
 #include "src/slurmctld/slurmctld.h"    /* job_record_t, part_record_t, job_list */
 #include "src/slurmctld/locks.h"        /* slurmctld_lock_t, lock_slurmctld */
 #include "src/slurmctld/job_scheduler.h" /* job_queue_rec_t, queue_job_scheduler */
-#include "src/slurmctld/preempt.h"      /* slurm_preempt_data_type_t */
 
 /*
- * slurmctld.h only ever says `struct job_details`; a typedef gives it the
- * same *_t spelling as its siblings in the bindings.
+ * 22.05's slurmctld.h only ever says `struct job_details`; a typedef gives it
+ * the same *_t spelling as its siblings in the bindings (24.11's
+ * src/common/job_record.h has its own).
  */
+#if SLURM_VERSION_NUMBER < SLURM_VERSION_NUM(24, 11, 0)
 typedef struct job_details job_details_t;
+#endif
 
 /*
  * Aliases libslurmfull exports (see src/common/slurm_xlator.h) that no header
@@ -43,7 +59,3 @@ extern char *slurm_xstrdup(const char *str);
 
 /* bit_test() is spelled slurm_bit_test in libslurmfull (slurm_xlator.h). */
 extern int slurm_bit_test(bitstr_t *b, bitoff_t bit);
-
-/* The destructor of priority_factors_object_t lists (sprio's data), from
- * src/common/slurm_protocol_defs.h, which this file does not include. */
-extern void slurm_destroy_priority_factors_object(void *object);

@@ -1,10 +1,12 @@
 //! The bindings must agree with the C compiler on every struct size, alignment
-//! and field offset the plugins use: a wrong offset in `job_record_t` means a
-//! plugin silently reads another field inside slurmctld.
+//! and field offset: a wrong offset in `job_record_t` means a plugin silently
+//! reads another field inside slurmctld.
 //!
-//! build.rs compiles `layout_probe.c` (generated from its `LAYOUT` table, with
-//! the same headers and `-DNDEBUG` bindgen saw) and writes `layout_checks.rs`:
-//! one `(type, item, Rust value, C value)` row per size/alignment/offset.
+//! build.rs compiles `layout_probe.c` (generated from the bindings
+//! themselves: every struct and union C can name, and every named field of
+//! each, with the same headers and `-DNDEBUG` bindgen saw) and writes
+//! `layout_checks.rs`: one `(type, item, Rust value, C value)` row per
+//! size/alignment/offset.
 #![allow(non_camel_case_types)]
 
 use slurm_sys::*;
@@ -14,26 +16,55 @@ include!(concat!(env!("OUT_DIR"), "/layout_checks.rs"));
 #[test]
 fn rust_layouts_match_the_c_compiler() {
     let checks = layout_checks();
-    assert!(
-        checks.len() > 100,
-        "the layout table looks truncated: {} rows",
-        checks.len()
-    );
+    assert!(checks.len() > 1000, "the layout table looks truncated: {} rows", checks.len());
     let mismatches: Vec<String> = checks
         .iter()
         .filter(|(_, _, rust, c)| rust != c)
         .map(|(ty, item, rust, c)| format!("{ty}.{item}: Rust {rust}, C {c}"))
         .collect();
-    assert!(
-        mismatches.is_empty(),
-        "layout mismatches:\n{}",
-        mismatches.join("\n")
-    );
+    assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
+}
+
+/// The C probe's value of `ty`'s `item` (its field, `sizeof` or `alignof`).
+fn c(ty: &str, item: &str) -> usize {
+    layout_checks()
+        .into_iter()
+        .find(|(t, i, _, _)| *t == ty && *i == item)
+        .map(|(_, _, _, c)| c)
+        .unwrap_or_else(|| panic!("{ty}.{item} missing from the C probe"))
+}
+
+/// Every field the plugins read (plugin/safe) is in the probe: generated
+/// from the bindings, so no hand-kept list can leave one out.
+#[test]
+fn the_probe_covers_the_fields_the_plugins_read() {
+    #[rustfmt::skip]
+    let read: &[(&str, &[&str])] = &[
+        ("job_record_t", &["account", "comment", "details", "direct_set_prio", "end_time", "gres_list_alloc", "gres_list_req",
+            "job_id", "job_state", "node_bitmap", "part_ptr", "partition", "pre_sus_time", "preempt_time", "priority",
+            "restart_cnt", "start_time", "suspend_time", "user_id"]),
+        ("job_details_t", &["cpus_per_task", "max_nodes", "min_cpus", "min_nodes", "num_tasks", "requeue", "submit_time"]),
+        ("job_desc_msg_t", &["account", "comment", "max_nodes", "min_nodes", "num_tasks", "partition", "requeue",
+            "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task", "user_id", "warn_flags", "warn_signal", "warn_time"]),
+        ("node_record_t", &["gres", "node_state"]),
+        ("gres_state_t", &["gres_data", "gres_name"]),
+        ("gres_job_state_t", &["gres_per_job", "gres_per_node", "gres_per_socket", "gres_per_task", "total_gres"]),
+        ("part_record_t", &["name"]),
+        ("slurmctld_lock_t", &["conf", "job", "node", "part", "fed"]),
+        ("slurm_conf_t", &["job_comp_type", "slurm_conf", "slurm_user_id"]),
+    ];
+    for (ty, fields) in read {
+        c(ty, "sizeof");
+        for f in *fields {
+            c(ty, f);
+        }
+    }
 }
 
 /// Reference values from a fully configured 22.05.8 build (Debian's
 /// slurm-wlm 22.05.8-4+deb12u3): if these move, the unconfigured-tree
 /// shortcut in build.rs (empty config.h) no longer gives slurmctld's layout.
+#[cfg(slurm = "22.05")]
 #[test]
 fn reference_layouts_of_a_configured_slurm_22_05_8() {
     use std::mem::{offset_of, size_of};
@@ -43,13 +74,6 @@ fn reference_layouts_of_a_configured_slurm_22_05_8() {
     assert_eq!(size_of::<job_desc_msg_t>(), 880);
     assert_eq!(offset_of!(job_desc_msg_t, comment), 120);
     // The C probe agrees with the same numbers.
-    let c = |ty: &str, item: &str| {
-        layout_checks()
-            .into_iter()
-            .find(|(t, i, _, _)| *t == ty && *i == item)
-            .map(|(_, _, _, c)| c)
-            .unwrap_or_else(|| panic!("{ty}.{item} missing from the C probe"))
-    };
     assert_eq!(c("job_record_t", "sizeof"), 1048);
     assert_eq!(c("job_record_t", "comment"), 144);
     assert_eq!(c("job_record_t", "details"), 208);
@@ -57,10 +81,32 @@ fn reference_layouts_of_a_configured_slurm_22_05_8() {
     assert_eq!(c("job_desc_msg_t", "comment"), 120);
 }
 
+/// Reference values from a 24.11.5 tree configured as Debian configures it
+/// (`./configure --sysconfdir=/etc/slurm --with-munge --without-rpath
+/// --disable-debug --enable-multiple-slurmd`: config.h then defines NDEBUG
+/// and MULTIPLE_SLURMD, not HAVE_FRONT_END). The probe built against that
+/// config.h printed the same 1,278 sizes, alignments and offsets as against
+/// build.rs's empty one; these are five of them.
+#[cfg(slurm = "24.11")]
 #[test]
-fn version_is_22_05_8() {
-    assert_eq!(SLURM_VERSION_NUMBER, 0x16_05_08);
-    assert_eq!(SLURM_VERSION_STRING, "22.05.8");
+fn reference_layouts_of_a_configured_slurm_24_11_5() {
+    use std::mem::{offset_of, size_of};
+    assert_eq!(size_of::<job_record_t>(), 1160);
+    assert_eq!(offset_of!(job_record_t, comment), 144);
+    assert_eq!(offset_of!(job_record_t, details), 216);
+    assert_eq!(size_of::<job_desc_msg_t>(), 912);
+    assert_eq!(offset_of!(job_desc_msg_t, comment), 120);
+    assert_eq!(c("job_record_t", "sizeof"), 1160);
+    assert_eq!(c("job_record_t", "details"), 216);
+    assert_eq!(c("job_desc_msg_t", "sizeof"), 912);
+}
+
+#[test]
+fn version_is_the_releases() {
+    #[cfg(slurm = "22.05")]
+    assert_eq!((SLURM_VERSION_NUMBER, SLURM_VERSION_STRING, SLURM_RELEASE, DEBIAN_SUITE), (0x16_05_08, "22.05.8", "22.05", "bookworm"));
+    #[cfg(slurm = "24.11")]
+    assert_eq!((SLURM_VERSION_NUMBER, SLURM_VERSION_STRING, SLURM_RELEASE, DEBIAN_SUITE), (0x18_0b_05, "24.11.5", "24.11", "trixie"));
 }
 
 /// Constants whose C type matters to the plugins' signatures and comparisons.
@@ -72,10 +118,7 @@ fn constant_types_and_values() {
     let _: u32 = NO_VAL;
     let _: u16 = NO_VAL16;
     let _: u64 = NO_VAL64;
-    assert_eq!(
-        (NO_VAL, INFINITE, INFINITE16),
-        (0xffff_fffe, 0xffff_ffff, 0xffff)
-    );
+    assert_eq!((NO_VAL, INFINITE, INFINITE16), (0xffff_fffe, 0xffff_ffff, 0xffff));
     // job_state is a uint32_t: base state in the low byte, flags above.
     assert_eq!(JOB_STATE_BASE, 0xff);
     assert_eq!((JOB_PENDING, JOB_RUNNING, JOB_SUSPENDED), (0, 1, 2));
@@ -85,15 +128,7 @@ fn constant_types_and_values() {
     assert_eq!(NODE_STATE_BASE, 0xf);
     assert_eq!(NODE_STATE_DRAIN, 1 << 9);
     assert_eq!(PREEMPT_MODE_REQUEUE, 2);
-    assert_eq!(
-        (
-            PREEMPT_DATA_ENABLED,
-            PREEMPT_DATA_MODE,
-            PREEMPT_DATA_PRIO,
-            PREEMPT_DATA_GRACE_TIME
-        ),
-        (0, 1, 2, 3)
-    );
+    assert_eq!((PREEMPT_DATA_ENABLED, PREEMPT_DATA_MODE, PREEMPT_DATA_PRIO, PREEMPT_DATA_GRACE_TIME), (0, 1, 2, 3));
     assert_eq!(ESLURM_INVALID_ACCOUNT, 2045);
     assert_eq!(ESLURM_ACCESS_DENIED, 2002);
     assert_eq!((READ_LOCK, WRITE_LOCK), (1, 2));

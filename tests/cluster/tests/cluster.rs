@@ -6,10 +6,10 @@
 //! build (`cargo build --release --workspace`): the README's test command
 //! does all of it.
 
-mod support;
+
 
 use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
-use support::{now, secs, sleep_job, text, with_unallocated_grace, Options, TestCluster, BUDGET};
+use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, Options, TestCluster, BUDGET};
 
 
 /// Team A used 32 GPUs for the last half hour: twice its allocation (a

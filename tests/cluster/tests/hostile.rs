@@ -5,14 +5,14 @@
 //! Needs root and the packages of `scripts/install-deps.sh`, and the release
 //! build: the README's test command does all of it.
 
-mod support;
+
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
 use allot_ledger::{Ledger, RunRow};
-use support::{now, secs, sleep_job, text, with_unallocated_grace, JobInfo, Options, TestCluster, BUDGET};
+use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, JobInfo, Options, TestCluster, BUDGET};
 
 
 /// The shipped RecomputePeriod (conf/allot.conf): charging must not depend on it.

@@ -6,9 +6,6 @@
 //! Tests run one cluster at a time (they share the machine's two cores and
 //! their timings matter): [`TestCluster::start`] takes a process-wide lock.
 
-// Each test crate (cluster.rs, hostile.rs) uses part of this module.
-#![allow(dead_code)]
-
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
@@ -18,9 +15,9 @@ use allot_ledger::Ledger;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// The repository root.
+/// The repository root (this crate is tests/cluster).
 pub fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
 }
 
 /// Where cargo put the release build (plugins and the `allot` command).
