@@ -25,6 +25,9 @@ pub struct PriorityAllot {
     order: Arc<Mutex<OrderState>>,
     signal: Arc<Signal>,
     run_ends: Arc<RunEnds>,
+    /// The recompute thread's work, made in `init`, until `thread_start`
+    /// runs it (inside slurmctld only).
+    worker: Mutex<Option<(Worker, &'static Slurmctld)>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -44,7 +47,7 @@ impl Plugin for PriorityAllot {
         let order = Arc::new(Mutex::new(OrderState::default()));
         let signal = Arc::new(Signal::default());
         let run_ends = Arc::new(RunEnds::default());
-        let mut thread = None;
+        let mut worker = None;
         if in_slurmctld() {
             let conf = allot_slurm::load_allot_conf()?;
             let ctld = Slurmctld::get().ok_or("cannot reach slurmctld's job table")?;
@@ -60,14 +63,9 @@ impl Plugin for PriorityAllot {
                     "JobCompType is {jobcomp:?}, not jobcomp/allot: runs are charged only as the recompute thread sees them, so runs shorter than RecomputePeriod can go uncharged"
                 );
             }
-            let worker = Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone());
-            let handle = std::thread::Builder::new()
-                .name("allot-priority".into())
-                .spawn(move || worker.run(ctld))
-                .map_err(|e| format!("cannot start the recompute thread: {e}"))?;
-            thread = Some(handle);
+            worker = Some((Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone()), ctld));
         }
-        Ok(PriorityAllot { order, signal, run_ends, thread: Mutex::new(thread) })
+        Ok(PriorityAllot { order, signal, run_ends, worker: Mutex::new(worker), thread: Mutex::new(None) })
     }
 
     fn fini(&self) {
@@ -79,6 +77,15 @@ impl Plugin for PriorityAllot {
 }
 
 impl PriorityPlugin for PriorityAllot {
+    fn thread_start(&self) {
+        let Some((worker, ctld)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        match std::thread::Builder::new().name("allot-priority".into()).spawn(move || worker.run(ctld)) {
+            Ok(handle) => *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(handle),
+            // Scheduling goes on with the priorities jobs get at submission.
+            Err(e) => log::error!("cannot start the recompute thread: {e}; job priorities will not be recomputed"),
+        }
+    }
+
     fn set_priority(&self, _last_prio: u32, job: JobMut<'_>) -> u32 {
         let view = job.view();
         // An admin's `scontrol update priority=` stands, as in priority/basic.

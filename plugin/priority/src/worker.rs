@@ -47,6 +47,8 @@ pub struct RunEnd {
     pub comment: Option<String>,
     pub user_id: u32,
     pub state: EndState,
+    /// When slurmctld decided to preempt this run (0: it did not).
+    pub preempt_time: i64,
     /// Last suspend or resume (0: never), and the time run before it.
     pub suspend_time: i64,
     pub ran_before_suspend: i64,
@@ -67,6 +69,7 @@ impl RunEnd {
             comment: job.comment().map(str::to_owned),
             user_id: job.user_id(),
             state: job.end_state(),
+            preempt_time: job.preempt_time(),
             suspend_time: job.suspend_time(),
             ran_before_suspend: job.ran_before_suspend(),
         }
@@ -499,6 +502,14 @@ impl Worker {
         }
         let book = self.book.as_mut().expect("set before the first recompute");
         for e in ends {
+            // A preempted run is an event whether or not a walk saw it while
+            // preempted (a job that exits at the signal is gone in a blink),
+            // and whoever requeues it (24.11's slurmctld requeues a job that
+            // exits during its grace time itself).
+            if e.preempt_time != 0 {
+                let detail = format!("after {} s of its run (the run ended {})", e.preempt_time - e.run_start, e.state.as_str());
+                preempting.push((e.job_id, e.preempt_time, detail));
+            }
             let contract = contract_of_comment(e.comment.as_deref(), rules);
             let leaf = e.account.as_deref().and_then(|a| tree.leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
             let user = self.names.of(e.user_id);

@@ -27,7 +27,7 @@ type FindJobFn = unsafe extern "C" fn(u32) -> *mut sys::job_record_t;
 
 /// Addresses of slurmctld's symbols, found once.
 pub struct Slurmctld {
-    job_list: *mut sys::List,
+    job_list: *mut sys::SlurmList,
     last_job_update: *mut libc::time_t,
     node_table: *mut *mut *mut sys::node_record_t,
     node_count: *mut c_int,
@@ -68,7 +68,7 @@ impl Slurmctld {
             }
             let resolved = (|| {
                 Some(Slurmctld {
-                    job_list: symbol(c"job_list")? as *mut sys::List,
+                    job_list: symbol(c"job_list")? as *mut sys::SlurmList,
                     last_job_update: symbol(c"last_job_update")? as *mut libc::time_t,
                     node_table: symbol(c"node_record_table_ptr")? as *mut *mut *mut sys::node_record_t,
                     node_count: symbol(c"node_record_count")? as *mut c_int,
@@ -85,7 +85,7 @@ impl Slurmctld {
                 })
             })();
             if resolved.is_none() {
-                log::error!("cannot find slurmctld's job_list/lock_slurmctld/job_requeue symbols; is this Slurm 22.05.8?");
+                log::error!("cannot find slurmctld's job_list/lock_slurmctld/job_requeue symbols; is this the Slurm these plugins were built for ({})?", sys::SLURM_VERSION_STRING);
             }
             resolved
         })
@@ -138,9 +138,21 @@ impl Slurmctld {
 
     /// Calls `f` on every job, holding slurmctld's job and partition read
     /// locks: for reports, which change nothing.
-    pub fn for_each_job_read(&self, mut f: impl FnMut(Job<'_>)) {
+    pub fn for_each_job_read(&self, f: impl FnMut(Job<'_>)) {
         let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::READ_LOCK, node: sys::NO_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
         // SAFETY: the job read lock is held for the whole walk.
+        unsafe { self.for_each_job_under_callers_lock(f) }
+    }
+
+    /// Calls `f` on every job, with no lock taken here: for the hooks
+    /// slurmctld calls with its job lock already held (taking it again
+    /// from the same thread would deadlock or abort).
+    ///
+    /// # Safety
+    /// The calling thread must hold slurmctld's job lock (read or write)
+    /// for the whole call.
+    pub unsafe fn for_each_job_under_callers_lock(&self, mut f: impl FnMut(Job<'_>)) {
+        // SAFETY: the caller holds the job lock, which protects job_list and its records for the walk.
         unsafe {
             let list = *self.job_list;
             if list.is_null() {

@@ -35,6 +35,12 @@ pub trait Plugin: Send + Sync + Sized + 'static {
 
 /// `PriorityType=priority/...`.
 pub trait PriorityPlugin: Plugin {
+    /// Starts the work that walks slurmctld's tables, once they are loaded:
+    /// right after `init` on 22.05; from `priority_p_thread_start` on 24.11,
+    /// whose `init` runs before slurmctld reads its state (and, on a backup
+    /// taking over, before it reads slurm.conf), with the config write lock
+    /// held. Must not take slurmctld's locks itself.
+    fn thread_start(&self) {}
     /// The priority of a job being submitted, requeued or released.
     fn set_priority(&self, last_prio: u32, job: JobMut<'_>) -> u32;
     /// `scontrol reconfigure`.
@@ -134,6 +140,27 @@ pub fn fini<P: Plugin>(instance: &Instance<P>) -> c_int {
     })
 }
 
+/// Body of a priority plugin's `init`: [`init`], then, on 22.05, whose
+/// `init` runs once the tables are loaded, [`PriorityPlugin::thread_start`].
+pub fn priority_init<P: PriorityPlugin>(instance: &Instance<P>, plugin_type: &'static str) -> c_int {
+    let rc = init(instance, plugin_type);
+    #[cfg(slurm = "22.05")]
+    if rc == sys::SLURM_SUCCESS {
+        priority_thread_start(instance);
+    }
+    rc
+}
+
+/// Body of `priority_p_thread_start` (24.11; on 22.05, called by
+/// [`priority_init`]).
+pub fn priority_thread_start<P: PriorityPlugin>(instance: &Instance<P>) {
+    guard("priority_p_thread_start", (), || {
+        if let Some(p) = instance.load_full() {
+            p.thread_start();
+        }
+    })
+}
+
 /// Body of `priority_p_set`.
 ///
 /// # Safety
@@ -192,7 +219,8 @@ pub unsafe fn jobcomp_log_record<P: JobCompPlugin>(instance: &Instance<P>, job: 
 ///
 /// # Safety
 /// `list` must be NULL or a valid Slurm list of pointers to `u32`.
-unsafe fn u32_list(list: sys::List) -> Option<Vec<u32>> {
+#[cfg(slurm = "22.05")]
+unsafe fn u32_list(list: sys::SlurmList) -> Option<Vec<u32>> {
     if list.is_null() {
         return None;
     }
@@ -210,17 +238,36 @@ unsafe fn u32_list(list: sys::List) -> Option<Vec<u32>> {
     Some(out)
 }
 
-/// Body of `priority_p_get_priority_factors_list`: what sprio shows. Each
-/// pending job gets its priority (PRIORITY) and its budget's fair-share
-/// factor in thousandths (FAIRSHARE: 1000 x 2^(-usage/share), Slurm's
-/// classic factor computed from allot's window). `allot why` explains more.
+/// What sprio shows of one pending job: its priority and its budget's
+/// fair-share factor in thousandths, or `None` for a job sprio leaves out
+/// (not pending, or held: priority 0).
+fn sprio_row<P: PriorityPlugin>(p: &P, job: Job<'_>) -> Option<(u32, f64)> {
+    if !job.is_pending() || job.priority() == 0 {
+        return None;
+    }
+    Some((job.priority(), (p.fairshare_factor(job).unwrap_or(0.0) * 1000.0).round()))
+}
+
+/// A zeroed object of type `T` from Slurm's allocator, which Slurm frees.
+fn slurm_calloc<T>() -> *mut T {
+    // SAFETY: slurm_xcalloc returns zeroed memory of the requested size, suitably aligned for any C type (it aborts rather than fail).
+    unsafe { sys::slurm_xcalloc(1, std::mem::size_of::<T>(), true, false, c"allot".as_ptr(), 0, c"calloc".as_ptr()) as *mut T }
+}
+
+/// Body of `priority_p_get_priority_factors_list` on 22.05: what sprio
+/// shows. Each pending job gets its priority (PRIORITY) and its budget's
+/// fair-share factor in thousandths (FAIRSHARE: 1000 x 2^(-usage/share),
+/// Slurm's classic factor computed from allot's window). `allot why`
+/// explains more. 22.05 calls it with no lock held and filters by the
+/// request's job ids and users here.
 ///
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
-pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::List {
+#[cfg(slurm = "22.05")]
+pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::SlurmList {
     guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
-        // SAFETY: list_create makes a list slurmctld will pack and free with the destructor Slurm defines for these objects.
+        // SAFETY: list_create makes a list slurmctld will pack and free with the destructor Slurm defines for these objects (it frees the object and its TRES arrays, none of which are set here).
         let list = unsafe { sys::list_create(Some(sys::slurm_destroy_priority_factors_object)) };
         let (Some(p), Some(ctld)) = (instance.load_full(), crate::ctld::Slurmctld::get()) else { return list };
         // SAFETY: slurmctld passes the decoded request, valid for the call.
@@ -230,28 +277,67 @@ pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, r
             None => (None, None),
         };
         ctld.for_each_job_read(|job| {
-            if !job.is_pending() || job.priority() == 0 {
-                return; // only waiting jobs; 0 means held
-            }
+            let Some((priority, fairshare)) = sprio_row(&*p, job) else { return };
             if job_ids.as_ref().is_some_and(|ids| !ids.contains(&job.id())) || uids.as_ref().is_some_and(|u| !u.contains(&job.user_id())) {
                 return;
             }
-            let fairshare = p.fairshare_factor(job).unwrap_or(0.0);
-            // SAFETY: slurm_xcalloc returns zeroed memory of the object's size (it aborts rather than fail); the list then owns it.
+            let obj = slurm_calloc::<sys::priority_factors_object_t>();
+            // SAFETY: a fresh zeroed object; the list owns it once appended. The partition name is borrowed, as priority/multifactor does: this release's destructor does not free it.
             unsafe {
-                let obj = sys::slurm_xcalloc(1, std::mem::size_of::<sys::priority_factors_object_t>(), true, false, c"allot".as_ptr(), 0, c"factors".as_ptr())
-                    as *mut sys::priority_factors_object_t;
                 let o = &mut *obj;
                 o.job_id = job.id();
                 o.user_id = job.user_id();
                 o.partition = job.partition_name_raw();
-                o.direct_prio = job.priority() as f64;
-                o.priority_fs = (fairshare * 1000.0).round();
+                o.direct_prio = priority as f64;
+                o.priority_fs = fairshare;
                 o.priority_site = sys::NICE_OFFSET;
                 o.nice = sys::NICE_OFFSET;
                 sys::list_append(list, obj as *mut c_void);
             }
         });
+        list
+    })
+}
+
+/// Body of `priority_p_get_priority_factors_list` on 24.11: what sprio
+/// shows, as on 22.05 (PRIORITY, and FAIRSHARE in thousandths). 24.11
+/// calls it holding the job, node and partition read locks, and sprio
+/// filters by job and user itself. Its sprio prints no factor of a job
+/// with a direct priority, so the priority is spelled as factors: the
+/// fair-share factor, and the rest of the priority as the association
+/// factor (a column sprio shows only with `-l` or PriorityWeightAssoc).
+///
+/// # Safety
+/// Only from the exported symbol, which slurmctld calls holding its job read lock.
+#[cfg(slurm = "24.11")]
+pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>) -> sys::SlurmList {
+    guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
+        // SAFETY: list_create makes a list slurmctld will pack and then free, after dropping its locks, with the destructor Slurm defines for these objects: it frees the object, its prio_factors and its strings (account, cluster_name, partition, qos), so every one set here is a copy from Slurm's allocator.
+        let list = unsafe { sys::list_create(Some(sys::slurm_destroy_priority_factors_object)) };
+        let (Some(p), Some(ctld)) = (instance.load_full(), crate::ctld::Slurmctld::get()) else { return list };
+        let row = |job: Job<'_>| {
+            let Some((priority, fairshare)) = sprio_row(&*p, job) else { return };
+            let obj = slurm_calloc::<sys::priority_factors_object_t>();
+            let factors = slurm_calloc::<sys::priority_factors_t>();
+            // SAFETY: fresh zeroed objects; the object owns the factors and the strings, and the list owns the object once appended.
+            unsafe {
+                let f = &mut *factors;
+                f.priority_fs = fairshare;
+                f.priority_assoc = priority as f64 - fairshare;
+                f.priority_site = sys::NICE_OFFSET;
+                f.nice = sys::NICE_OFFSET;
+                let o = &mut *obj;
+                o.job_id = job.id();
+                o.user_id = job.user_id();
+                o.direct_prio = 0.0;
+                o.prio_factors = factors;
+                o.partition = job.partition().map_or(std::ptr::null_mut(), crate::strings::slurm_strdup);
+                o.account = job.account().map_or(std::ptr::null_mut(), crate::strings::slurm_strdup);
+                sys::list_append(list, obj as *mut c_void);
+            }
+        };
+        // SAFETY: _slurm_rpc_get_priority_factors holds the job read lock (and node and partition read locks) for the whole call.
+        unsafe { ctld.for_each_job_under_callers_lock(row) };
         list
     })
 }
@@ -278,13 +364,28 @@ pub unsafe fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut 
     })
 }
 
-/// Body of `job_modify`. Slurm has no message channel here: the refusal's
-/// text goes to the log, its code to the user.
+/// Body of `job_modify`. The refusal's text goes to slurmctld's log, and,
+/// where the release has a message channel for updates (24.11's `err_msg`,
+/// which `scontrol update` prints), to the user; 22.05 shows the user only
+/// the code's text (NULL `err_msg`).
 ///
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
-pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32) -> c_int {
+pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+    // SAFETY: as the caller guarantees.
+    let rc = unsafe { job_modify_checked(instance, desc, job, submit_uid, err_msg) };
+    if rc == sys::SLURM_SUCCESS {
+        crate::guard::clear_errno();
+    }
+    rc
+}
+
+/// [`job_modify`]'s check itself.
+///
+/// # Safety
+/// As for [`job_modify`].
+unsafe fn job_modify_checked<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
     guard("job_modify", sys::SLURM_SUCCESS, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
         // SAFETY: slurmctld passes the update request and the job record it applies to, holding the job write lock.
@@ -295,6 +396,8 @@ pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut 
             Ok(()) => sys::SLURM_SUCCESS,
             Err(refusal) => {
                 log::info!("refused update of JobId={}: {}", job.id(), refusal.message);
+                // SAFETY: err_msg is NULL (22.05) or job_modify's out-parameter for the user's message (24.11).
+                unsafe { set_out_string(err_msg, &refusal.message) };
                 refusal.code
             }
         }
@@ -361,10 +464,11 @@ pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut s
 
 /// Emits every symbol of one plugin: `slurm_plugin!(kind, "type/name",
 /// "Human name", Type)` with kind `priority`, `job_submit`, `preempt` or
-/// `jobcomp`.
+/// `jobcomp`. The symbols whose C signature differs between Slurm releases
+/// come from [`__allot_release_symbols!`], defined once per release.
 #[macro_export]
 macro_rules! slurm_plugin {
-    (@common $type:literal, $name:literal, $ty:ty) => {
+    (@common $type:literal, $name:literal, $ty:ty, $init:path) => {
         static INSTANCE: $crate::export::Instance<$ty> = $crate::export::Instance::const_empty();
 
         /// Human-readable plugin name (a C char array, as Slurm's loader expects).
@@ -379,7 +483,7 @@ macro_rules! slurm_plugin {
 
         #[no_mangle]
         pub extern "C" fn init() -> ::std::os::raw::c_int {
-            $crate::export::init(&INSTANCE, $type)
+            $init(&INSTANCE, $type)
         }
         #[no_mangle]
         pub extern "C" fn fini() -> ::std::os::raw::c_int {
@@ -388,10 +492,11 @@ macro_rules! slurm_plugin {
     };
 
     (priority, $type:literal, $name:literal, $ty:ty) => {
-        $crate::slurm_plugin!(@common $type, $name, $ty);
+        $crate::slurm_plugin!(@common $type, $name, $ty, $crate::export::priority_init);
+        $crate::__allot_release_symbols!(priority);
         #[no_mangle]
         pub unsafe extern "C" fn priority_p_set(last_prio: u32, job_ptr: *mut $crate::sys::job_record_t) -> u32 {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::priority_set(&INSTANCE, last_prio, job_ptr) }
         }
         #[no_mangle]
@@ -401,15 +506,8 @@ macro_rules! slurm_plugin {
         /// Association usage is slurmdbd's; allot keeps its own in the ledger.
         #[no_mangle]
         pub unsafe extern "C" fn priority_p_set_assoc_usage(_assoc: *mut $crate::sys::slurmdb_assoc_rec_t) {}
-        #[no_mangle]
-        pub unsafe extern "C" fn priority_p_get_priority_factors_list(
-            req: *mut $crate::sys::priority_factors_request_msg_t,
-            _uid: $crate::libc::uid_t,
-        ) -> $crate::sys::List {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
-            unsafe { $crate::export::priority_factors_list(&INSTANCE, req) }
-        }
-        /// Never called without slurmdbd; usage is measured by the plugin.
+        /// Called with slurmdbd at the end of a job with an association:
+        /// allot measures usage itself (jobcomp/allot hands every run over).
         #[no_mangle]
         pub extern "C" fn priority_p_job_end(_job_ptr: *mut $crate::sys::job_record_t) {}
         /// jobcomp/allot hands every ended run here (same process; found with
@@ -430,49 +528,37 @@ macro_rules! slurm_plugin {
     };
 
     (job_submit, $type:literal, $name:literal, $ty:ty) => {
-        $crate::slurm_plugin!(@common $type, $name, $ty);
+        $crate::slurm_plugin!(@common $type, $name, $ty, $crate::export::init);
+        $crate::__allot_release_symbols!(job_submit);
         #[no_mangle]
         pub unsafe extern "C" fn job_submit(
             job_desc: *mut $crate::sys::job_desc_msg_t,
             submit_uid: u32,
             err_msg: *mut *mut ::std::os::raw::c_char,
         ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::job_submit(&INSTANCE, job_desc, submit_uid, err_msg) }
-        }
-        #[no_mangle]
-        pub unsafe extern "C" fn job_modify(
-            job_desc: *mut $crate::sys::job_desc_msg_t,
-            job_ptr: *mut $crate::sys::job_record_t,
-            submit_uid: u32,
-        ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
-            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid) }
         }
     };
 
     (jobcomp, $type:literal, $name:literal, $ty:ty) => {
-        $crate::slurm_plugin!(@common $type, $name, $ty);
-        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
-        #[no_mangle]
-        pub extern "C" fn jobcomp_p_set_location(_location: *mut ::std::os::raw::c_char) -> ::std::os::raw::c_int {
-            $crate::sys::SLURM_SUCCESS
-        }
+        $crate::slurm_plugin!(@common $type, $name, $ty, $crate::export::init);
+        $crate::__allot_release_symbols!(jobcomp);
         #[no_mangle]
         pub unsafe extern "C" fn jobcomp_p_log_record(job_ptr: *mut $crate::sys::job_record_t) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::jobcomp_log_record(&INSTANCE, job_ptr) }
         }
         /// `sacct` without slurmdbd asks the jobcomp plugin for jobs: allot
         /// keeps runs in its ledger (`allot why`), not in Slurm's job format.
         #[no_mangle]
-        pub extern "C" fn jobcomp_p_get_jobs(_job_cond: *mut ::std::os::raw::c_void) -> $crate::sys::List {
+        pub extern "C" fn jobcomp_p_get_jobs(_job_cond: *mut ::std::os::raw::c_void) -> $crate::sys::SlurmList {
             ::std::ptr::null_mut()
         }
     };
 
     (preempt, $type:literal, $name:literal, $ty:ty) => {
-        $crate::slurm_plugin!(@common $type, $name, $ty);
+        $crate::slurm_plugin!(@common $type, $name, $ty, $crate::export::init);
         /// Used by slurmctld to sort pending jobs: allot's order is already
         /// in their priorities, so no pending job jumps another here.
         #[no_mangle]
@@ -487,7 +573,7 @@ macro_rules! slurm_plugin {
             preemptee: *mut $crate::sys::job_record_t,
             preemptor: *mut $crate::sys::job_record_t,
         ) -> bool {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::preemptable(&INSTANCE, preemptee, preemptor) }
         }
         #[no_mangle]
@@ -496,8 +582,91 @@ macro_rules! slurm_plugin {
             data_type: $crate::sys::slurm_preempt_data_type_t,
             data: *mut ::std::os::raw::c_void,
         ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI (22.05) defines.
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data) }
+        }
+    };
+}
+
+/// The symbols whose C signature is 22.05's own (used by [`slurm_plugin!`]).
+#[cfg(slurm = "22.05")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_release_symbols {
+    (priority) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn priority_p_get_priority_factors_list(
+            req: *mut $crate::sys::priority_factors_request_msg_t,
+            _uid: $crate::libc::uid_t,
+        ) -> $crate::sys::SlurmList {
+            // SAFETY: slurmctld 22.05 calls this symbol with the request it decoded, holding no lock.
+            unsafe { $crate::export::priority_factors_list(&INSTANCE, req) }
+        }
+    };
+    (job_submit) => {
+        /// 22.05's job_modify has no message channel: the refusal's text goes to the log.
+        #[no_mangle]
+        pub unsafe extern "C" fn job_modify(
+            job_desc: *mut $crate::sys::job_desc_msg_t,
+            job_ptr: *mut $crate::sys::job_record_t,
+            submit_uid: u32,
+        ) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld 22.05 calls this symbol with the update request and the job it applies to, holding the job write lock.
+            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid, ::std::ptr::null_mut()) }
+        }
+    };
+    (jobcomp) => {
+        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_set_location(_location: *mut ::std::os::raw::c_char) -> ::std::os::raw::c_int {
+            $crate::sys::SLURM_SUCCESS
+        }
+    };
+}
+
+/// The symbols whose C signature is 24.11's own, and 24.11's additions
+/// (used by [`slurm_plugin!`]).
+#[cfg(slurm = "24.11")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_release_symbols {
+    (priority) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn priority_p_get_priority_factors_list(_uid: $crate::libc::uid_t) -> $crate::sys::SlurmList {
+            // SAFETY: slurmctld 24.11 calls this symbol holding its job, node and partition read locks.
+            unsafe { $crate::export::priority_factors_list(&INSTANCE) }
+        }
+        /// Once slurmctld has loaded its tables (with its config write lock
+        /// still held): the recompute thread starts here.
+        #[no_mangle]
+        pub extern "C" fn priority_p_thread_start() {
+            $crate::export::priority_thread_start(&INSTANCE)
+        }
+        /// After a restart, slurmctld offers to raise every pending job's
+        /// priority by `prio_boost` (priority/basic's continuity): allot's
+        /// recompute thread sets them all again, so no boost (0).
+        #[no_mangle]
+        pub extern "C" fn priority_p_recover(_prio_boost: u32) -> u32 {
+            0
+        }
+    };
+    (job_submit) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn job_modify(
+            job_desc: *mut $crate::sys::job_desc_msg_t,
+            job_ptr: *mut $crate::sys::job_record_t,
+            submit_uid: u32,
+            err_msg: *mut *mut ::std::os::raw::c_char,
+        ) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld 24.11 calls this symbol with the update request, the job it applies to and the user's message slot, holding the job write lock.
+            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid, err_msg) }
+        }
+    };
+    (jobcomp) => {
+        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_set_location() -> ::std::os::raw::c_int {
+            $crate::sys::SLURM_SUCCESS
         }
     };
 }

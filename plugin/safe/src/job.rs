@@ -229,6 +229,7 @@ impl<'a> Job<'a> {
 
     /// The job's partition name as Slurm stores it (for reports handed back to
     /// Slurm, which borrow it as priority/multifactor does), or NULL.
+    #[cfg(slurm = "22.05")]
     pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
         // SAFETY: part_ptr is NULL or the job's partition record, which lives at least as long as the job record.
         unsafe { self.raw.part_ptr.as_ref() }.map_or(std::ptr::null_mut(), |p| p.name)
@@ -250,7 +251,7 @@ impl<'a> Job<'a> {
 /// # Safety
 /// `list` must be null or a Slurm List of `gres_state_t` owned by a job
 /// record that stays valid for the call (slurmctld's job lock held).
-unsafe fn gpus_in_gres_list(list: sys::List) -> u32 {
+unsafe fn gpus_in_gres_list(list: sys::SlurmList) -> u32 {
     // SAFETY: as the caller guarantees.
     let total = unsafe { gpu_states_sum(list, |g| if g.total_gres == sys::NO_VAL64 { 0 } else { g.total_gres }) };
     total.min(u32::MAX as u64) as u32
@@ -260,7 +261,7 @@ unsafe fn gpus_in_gres_list(list: sys::List) -> u32 {
 ///
 /// # Safety
 /// As for [`gpus_in_gres_list`].
-unsafe fn gpu_states_sum(list: sys::List, count: impl Fn(&sys::gres_job_state_t) -> u64) -> u64 {
+unsafe fn gpu_states_sum(list: sys::SlurmList, count: impl Fn(&sys::gres_job_state_t) -> u64) -> u64 {
     if list.is_null() {
         return 0;
     }
