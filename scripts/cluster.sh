@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# A real four-node Slurm 22.05.8 cluster on this one machine, for allot's demo
-# and integration tests: its own munged, one slurmctld and four slurmd
-# (n1..n4, 8 fake GPUs each), everything under one directory.
+# A real four-node Slurm cluster on this one machine, for allot's demo and
+# integration tests: its own munged, one slurmctld and four slurmd (n1..n4,
+# 8 fake GPUs each), everything under one directory. Slurm 22.05.8 (this
+# host's, Debian 12's) by default; 24.11.5 (Debian 13's) with
+# ALLOT_SLURM_RELEASE=24.11, whose daemons and commands run chrooted into the
+# Debian 13 root scripts/install-deps.sh --slurm 24.11 makes (DIR must then
+# lie inside that root; the daemons see it as DIR without the root's prefix).
 #
 # Usage:
-#   scripts/cluster.sh up DIR [--plugins stock|allot]
+#   scripts/cluster.sh up DIR [--plugins stock|allot|installed]
 #   scripts/cluster.sh down DIR
 #   scripts/cluster.sh env DIR        # eval "$(scripts/cluster.sh env DIR)"
 #   scripts/cluster.sh logs DIR [N]   # last N (default 40) lines of every log
@@ -20,7 +24,9 @@
 #          --plugins stock (default) uses Slurm's own plugins
 #          (conf/slurm-stock.conf); --plugins allot first installs allot's
 #          plugins from cargo's target/release into DIR/plugins
-#          (scripts/install-plugins.sh) and uses conf/slurm-allot.conf.
+#          (scripts/install-plugins.sh) and uses conf/slurm-allot.conf;
+#          --plugins installed uses conf/slurm-allot.conf with the plugins
+#          already installed in Slurm's own PluginDir (allot's Debian package).
 #          A DIR whose daemons are still running is refused: run `down` first.
 #          On failure it prints the daemon logs and stops what it started.
 # down     cancels all jobs, stops every daemon it recorded (SIGTERM, SIGKILL
@@ -28,6 +34,7 @@
 #          a half-started or already stopped cluster. Keeps DIR's files.
 #
 # Environment:
+#   ALLOT_SLURM_RELEASE  22.05 (default) or 24.11 (scripts/release.sh).
 #   ALLOT_PORT_BASE   slurmctld listens on BASE, slurmd n1..n4 on BASE+1..BASE+4
 #                     (default 17000). Two clusters need different DIRs and
 #                     bases at least 5 apart (e.g. 17000 and 17100).
@@ -43,11 +50,19 @@
 #                     partition gpu (default) without them, partition small
 #                     with all four, and SmallJobPartition=small in allot.conf
 #                     (default 0: one partition gpu of all four).
+#   ALLOT_ACCOUNTING=1  Slurm's accounting too: a private MariaDB (port
+#                     BASE+5) and slurmdbd (BASE+6) under DIR/db, started
+#                     before slurmctld, with AccountingStorageEnforce=
+#                     associations and gres/gpu in the recorded TRES; the
+#                     cluster `allot` is added to slurmdbd, its accounts and
+#                     users are not (`allot associations`). Daemons stop in
+#                     reverse order. Needs install-deps.sh --accounting.
 #   ALLOT_RUN_LOG=1   an EpilogSlurmctld that appends Slurm's record of every
 #                     run end (`scontrol show job -o`, times in Unix seconds)
 #                     to DIR/log/run-ends.log: the reconciliation test's
 #                     ground truth.
-#   CARGO_TARGET_DIR  where --plugins allot finds the built plugins.
+#   CARGO_TARGET_DIR  where --plugins allot finds the built plugins (default:
+#                     the release's, scripts/release.sh RELEASE target).
 #
 # Needs root (SlurmUser=root, mknod) and scripts/install-deps.sh's packages.
 set -euo pipefail
@@ -56,6 +71,16 @@ readonly NODES=(n1 n2 n3 n4)
 readonly GPUS_PER_NODE=8
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly repo_root
+# shellcheck source=scripts/release.sh
+. "$repo_root/scripts/release.sh"
+RELEASE=${ALLOT_SLURM_RELEASE:-$ALLOT_DEFAULT_RELEASE}
+release_check "$RELEASE"
+# Where this release's Slurm is installed: "" for this host, else a root
+# that every Slurm daemon and command runs chrooted into (IN_ROOT prefixes
+# each such command).
+ROOT=$(release_field "$RELEASE" root)
+IN_ROOT=()
+[[ -n $ROOT ]] && IN_ROOT=(chroot "$ROOT")
 
 say() { printf 'cluster: %s\n' "$*"; }
 die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -74,11 +99,19 @@ set_paths() {
     # the path simple rather than quote it everywhere.
     [[ $DIR =~ ^[A-Za-z0-9_./+-]+$ ]] \
         || die "DIR '$DIR' may only contain letters, digits and _ . / + -"
+    # INNER: DIR as the daemons see it (inside the release's root).
+    INNER=$DIR
+    if [[ -n $ROOT ]]; then
+        local root
+        root=$(cd "$ROOT" 2>/dev/null && pwd -P) || die "Slurm $RELEASE's root $ROOT is missing: run scripts/install-deps.sh --slurm $RELEASE"
+        [[ $DIR == "$root"/* ]] || die "DIR '$DIR' must lie inside Slurm $RELEASE's root $root (the daemons run chrooted there)"
+        INNER=${DIR#"$root"}
+    fi
     ETC=$DIR/etc
     CONF=$ETC/slurm.conf
     PIDS=$DIR/pids
     LOGS=$DIR/log
-    export SLURM_CONF=$CONF
+    export SLURM_CONF=$INNER/etc/slurm.conf
 }
 
 # Our own record of each daemon: DIR/pids/NAME.pid holds the PID we started.
@@ -87,10 +120,22 @@ set_paths() {
 expected_comm() {
     case $1 in
         munged) echo munged ;;
+        mariadbd) echo mariadbd ;;
+        slurmdbd) echo slurmdbd ;;
         slurmctld) echo slurmctld ;;
         slurmd-*) echo slurmd ;;
         *) return 1 ;;
     esac
+}
+
+# Whether COMM is the command name of daemon NAME. Debian 13 installs
+# slurmctld, slurmd and slurmstepd as alternatives of slurmctld-wlm, ...:
+# they start under the link's name, and a 24.11 daemon that re-executes
+# itself (scontrol reconfigure) comes back under the target's.
+comm_is() {
+    local name=$1 comm=$2 want
+    want=$(expected_comm "$name") || return 1
+    [[ $comm == "$want" || $comm == "$want-wlm" ]]
 }
 
 # Prints the PID if daemon NAME is running, else nothing (and returns 1).
@@ -100,15 +145,19 @@ live_pid() {
     pid=$(<"$PIDS/$name.pid")
     [[ $pid =~ ^[0-9]+$ ]] || return 1
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [[ $comm == "$(expected_comm "$name")" ]] || return 1
+    comm_is "$name" "$comm" || return 1
     # A zombie (reaped later by its parent) counts as gone.
     pid_alive "$pid" || return 1
     echo "$pid"
 }
 
+# Every daemon of this cluster, in start order (the accounting ones only if
+# this cluster has them: `up` with ALLOT_ACCOUNTING=1 made DIR/db).
 daemon_names() {
     local n
-    echo munged slurmctld
+    echo munged
+    [[ -d $DIR/db ]] && echo mariadbd slurmdbd
+    echo slurmctld
     for n in "${NODES[@]}"; do echo "slurmd-$n"; done
 }
 
@@ -121,7 +170,12 @@ start_daemon() {
     # the daemon itself (checked by live_pid's command-name test).
     # Each daemon runs in DIR/run, so a crash leaves its core file there
     # (core_pattern "core"), where `down` and the tests look for it.
-    (cd "$DIR/run" && exec setsid "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
+    # In a root, chroot(1) starts in its /; env --chdir gets back to DIR/run.
+    if [[ -n $ROOT ]]; then
+        (exec setsid chroot "$ROOT" env --chdir="$INNER/run" "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
+    else
+        (cd "$DIR/run" && exec setsid "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
+    fi
     local pid=$! deadline=$((SECONDS + 5))
     echo "$pid" >"$PIDS/$name.pid"
     # Until the exec has happened the child is still called bash or setsid;
@@ -162,7 +216,7 @@ descendants() {
 # is no help: slurmstepd writes its process title over it.
 leftover_procs() {
     local pid fd target name
-    for pid in $(for name in slurmstepd slurmscriptd slurmctld slurmd munged; do pgrep -x "$name" || true; done); do
+    for pid in $(for name in slurmstepd slurmstepd-wlm slurmscriptd slurmctld slurmctld-wlm slurmd slurmd-wlm slurmdbd mariadbd munged; do pgrep -x "$name" || true; done); do
         for fd in /proc/"$pid"/fd/*; do
             target=$(readlink "$fd" 2>/dev/null) || continue
             if [[ $target == "$DIR"/* ]]; then
@@ -200,23 +254,24 @@ cmd_down() {
     #    running keeps its slurmstepd (and the job) alive after slurmd exits.
     if live_pid slurmctld >/dev/null && live_pid munged >/dev/null; then
         local jobs
-        jobs=$(timeout 10 squeue -h -o %A 2>/dev/null || true)
+        jobs=$(timeout 10 "${IN_ROOT[@]}" squeue -h -o %A 2>/dev/null || true)
         if [[ -n $jobs ]]; then
             say "cancelling $(wc -w <<<"$jobs") job(s)"
             # shellcheck disable=SC2086  # one job id per word
-            timeout 20 scancel $jobs 2>/dev/null || true
+            timeout 20 "${IN_ROOT[@]}" scancel $jobs 2>/dev/null || true
             # Until nothing runs or completes any more (epilogs, step teardown).
             local deadline=$((SECONDS + 15))
             while ((SECONDS < deadline)); do
-                [[ -z $(timeout 5 squeue -h -t R,CG,CF,S,SO,SI -o %A 2>/dev/null || true) ]] && break
+                [[ -z $(timeout 5 "${IN_ROOT[@]}" squeue -h -t R,CG,CF,S,SO,SI -o %A 2>/dev/null || true) ]] && break
                 sleep 0.3
             done
         fi
     fi
-    # 2. slurmd and slurmctld together (slurmd takes ~2 s), munged last: the
-    #    others may still talk to it while shutting down.
+    # 2. slurmd and slurmctld together (slurmd takes ~2 s); then slurmdbd,
+    #    which slurmctld reports to until it stops, and its database; munged
+    #    last: the others may still talk to it while shutting down.
     for name in $(daemon_names); do
-        [[ $name == munged ]] && continue
+        case $name in munged | mariadbd | slurmdbd) continue ;; esac
         if pid=$(live_pid "$name"); then
             kill -TERM "$pid" 2>/dev/null || true
             names+=("$name")
@@ -224,10 +279,12 @@ cmd_down() {
     done
     [[ ${#names[@]} -gt 0 ]] && say "stopping ${names[*]}"
     wait_gone 20 "${names[@]+"${names[@]}"}"
-    if pid=$(live_pid munged); then
-        kill -TERM "$pid" 2>/dev/null || true
-        wait_gone 10 munged
-    fi
+    for name in slurmdbd mariadbd munged; do
+        if pid=$(live_pid "$name"); then
+            kill -TERM "$pid" 2>/dev/null || true
+            wait_gone 20 "$name"
+        fi
+    done
     # 3. Whatever slurmstepd (and job processes under it) this cluster left.
     leftovers=$(leftover_procs)
     if [[ -n $leftovers ]]; then
@@ -262,13 +319,48 @@ port_in_use() {
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 
+# Slurm's own plugin directory, as the daemons see it (inside the root).
 find_system_plugin_dir() {
     local d
     if [[ -n ${ALLOT_SYSTEM_PLUGIN_DIR:-} ]]; then echo "$ALLOT_SYSTEM_PLUGIN_DIR"; return; fi
-    for d in /usr/lib/*/slurm-wlm /usr/lib/slurm-wlm /usr/lib64/slurm /usr/lib/slurm; do
-        if [[ -f $d/select_cons_tres.so ]]; then echo "$d"; return; fi
+    for d in "$ROOT"/usr/lib/*/slurm-wlm "$ROOT"/usr/lib/slurm-wlm "$ROOT"/usr/lib64/slurm "$ROOT"/usr/lib/slurm; do
+        if [[ -f $d/select_cons_tres.so ]]; then echo "${d#"$ROOT"}"; return; fi
     done
-    die "Slurm's plugin directory (with select_cons_tres.so) not found; run scripts/install-deps.sh or set ALLOT_SYSTEM_PLUGIN_DIR"
+    die "Slurm $RELEASE's plugin directory (with select_cons_tres.so) not found under '${ROOT:-/}'; run scripts/install-deps.sh --slurm $RELEASE or set ALLOT_SYSTEM_PLUGIN_DIR"
+}
+
+# The root's /proc, which Slurm's daemons need, mounted once and left
+# mounted (later clusters use it too); scripts/test.sh unmounts it when done.
+mount_root_proc() {
+    [[ -n $ROOT ]] || return 0
+    mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc" || die "cannot mount /proc in $ROOT"
+}
+
+# This host's name resolution in the root too: slurm.conf's
+# SlurmctldHost=localhost means this host's short name, which the root must
+# resolve as the host does.
+sync_root_hosts() {
+    [[ -n $ROOT ]] || return 0
+    local f
+    for f in /etc/hosts /etc/hostname; do
+        [[ -f $f ]] || continue
+        cmp -s "$f" "$ROOT$f" || cp "$f" "$ROOT$f"
+    done
+}
+
+# This host's ordinary users (uid 1000-59999) in the root too, with the same
+# uids: slurmctld there resolves job owners, and the tests' users submit.
+sync_root_users() {
+    [[ -n $ROOT ]] || return 0
+    local name uid
+    while IFS=: read -r name _ uid _; do
+        ((uid >= 1000 && uid < 60000)) || continue
+        if ! chroot "$ROOT" getent passwd "$name" >/dev/null; then
+            useradd --root "$ROOT" --uid "$uid" --user-group --no-create-home --shell /usr/sbin/nologin "$name" \
+                || die "cannot add user $name ($uid) to $ROOT"
+        fi
+        [[ $(chroot "$ROOT" id -u "$name") == "$uid" ]] || die "user $name has uid $(chroot "$ROOT" id -u "$name") in $ROOT, $uid here"
+    done < <(getent passwd)
 }
 
 print_logs() {
@@ -309,9 +401,15 @@ cmd_up() {
     local start_ns tool
     start_ns=$(date +%s%N)
     [[ $(id -u) -eq 0 ]] || die "must run as root (SlurmUser=root, mknod)"
-    for tool in munged mungekey slurmctld slurmd sinfo squeue scancel scontrol setsid pgrep; do
+    for tool in munged mungekey slurmctld slurmd sinfo squeue scancel scontrol; do
+        "${IN_ROOT[@]}" sh -c "command -v $tool" >/dev/null || die "$tool not found${ROOT:+ in $ROOT}: run scripts/install-deps.sh --slurm $RELEASE"
+    done
+    for tool in setsid pgrep; do
         command -v "$tool" >/dev/null || die "$tool not found: run scripts/install-deps.sh"
     done
+    mount_root_proc
+    sync_root_hosts
+    sync_root_users
 
     local name pid
     for name in $(daemon_names); do
@@ -324,20 +422,22 @@ cmd_up() {
     if ! [[ $base =~ ^[0-9]+$ ]] || ((base < 1024 || base + ${#NODES[@]} > 65535)); then
         die "ALLOT_PORT_BASE=$base: need a number in 1024..65530"
     fi
-    local port
-    for ((port = base; port <= base + ${#NODES[@]}; port++)); do
+    local port accounting=${ALLOT_ACCOUNTING:-0}
+    [[ $accounting == 0 || $accounting == 1 ]] || die "ALLOT_ACCOUNTING must be 0 or 1, got '$accounting'"
+    for ((port = base; port <= base + ${#NODES[@]} + 2 * accounting; port++)); do
         port_in_use "$port" && die "port $port is in use (another cluster? set ALLOT_PORT_BASE)"
     done
 
     # Plugins before anything else: nothing to clean up if they are missing.
     mkdir -p "$DIR/plugins"
     if [[ $plugins == allot ]]; then
-        "$repo_root/scripts/install-plugins.sh" "$DIR/plugins"
+        CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo_root/$(release_field "$RELEASE" target)} \
+            "$repo_root/scripts/install-plugins.sh" "$DIR/plugins"
     fi
 
     # Fresh Slurm state each time (job ids restart at 1); keep plugins, munge
     # key and allot's ledger.
-    rm -rf "$DIR/state" "$DIR/spool" "$DIR/run" "$DIR/tmp" "$LOGS" "$PIDS" "$ETC" "$DIR/munge/run"
+    rm -rf "$DIR/state" "$DIR/spool" "$DIR/run" "$DIR/tmp" "$LOGS" "$PIDS" "$ETC" "$DIR/munge/run" "$DIR/db"
     mkdir -p "$DIR/state" "$DIR/run" "$DIR/tmp" "$LOGS" "$PIDS" "$ETC" "$DIR/dev"
     for name in "${NODES[@]}"; do mkdir -p "$DIR/spool/$name"; done
     # Jobs of ordinary users (e.g. nobody) run scripts slurmstepd writes under
@@ -345,7 +445,7 @@ cmd_up() {
     chmod 0755 "$DIR"
     # Where users submit from and their jobs write (sticky, like /tmp).
     install -d -m 1777 "$DIR/jobs"
-    if command -v runuser >/dev/null && ! runuser -u nobody -- test -x "$DIR/spool" 2>/dev/null; then
+    if ! "${IN_ROOT[@]}" runuser -u nobody -- test -x "$INNER/spool" 2>/dev/null; then
         say "warning: user nobody cannot reach $DIR (a parent directory is not world-searchable); non-root jobs will fail"
     fi
 
@@ -354,7 +454,7 @@ cmd_up() {
     install -d -m 0755 "$DIR/munge/run"
     chmod 0755 "$DIR/munge" # the socket directory below it must be reachable by clients
     if [[ ! -s $DIR/munge/key/munge.key ]]; then
-        mungekey --create --keyfile="$DIR/munge/key/munge.key"
+        "${IN_ROOT[@]}" mungekey --create --keyfile="$INNER/munge/key/munge.key"
     fi
     chmod 0600 "$DIR/munge/key/munge.key"
 
@@ -366,17 +466,19 @@ cmd_up() {
 
     # Configuration. The snippet is copied verbatim except for its
     # SchedulerParameters line, which slurm.conf merges (see its template).
-    local snippet=$repo_root/conf/slurm-$plugins.conf sched
+    local snippet_name=$plugins
+    [[ $plugins == installed ]] && snippet_name=allot
+    local snippet=$repo_root/conf/slurm-$snippet_name.conf sched
     [[ -f $snippet ]] || die "$snippet missing"
     sched=$(sed -n 's/^SchedulerParameters=//p' "$snippet" | tail -n 1)
     [[ -n $sched ]] || die "$snippet has no SchedulerParameters line"
     local shipped=0 test_speed="sched_interval=2,bf_interval=2,"
     [[ ${ALLOT_SHIPPED_SETTINGS:-0} == 1 ]] && shipped=1 test_speed=""
     {
-        echo "# Copied from conf/slurm-$plugins.conf by scripts/cluster.sh; SchedulerParameters"
+        echo "# Copied from conf/slurm-$snippet_name.conf by scripts/cluster.sh; SchedulerParameters"
         echo "# is merged into slurm.conf's own line there."
         sed 's/^SchedulerParameters=/#&/' "$snippet"
-    } >"$ETC/slurm-$plugins.conf"
+    } >"$ETC/slurm-$snippet_name.conf"
     local kept=${ALLOT_SMALL_JOB_NODES:-0} partitions
     [[ $kept =~ ^[0-3]$ ]] || die "ALLOT_SMALL_JOB_NODES must be 0 to 3, got '$kept'"
     if ((kept == 0)); then
@@ -384,11 +486,26 @@ cmd_up() {
     else
         partitions="PartitionName=gpu Nodes=n[1-$((${#NODES[@]} - kept))] Default=YES MaxTime=INFINITE State=UP\\nPartitionName=small Nodes=n[1-${#NODES[@]}] MaxTime=INFINITE State=UP"
     fi
+    # allot's plugins first: a PluginDir search takes the first file of a
+    # name, and an installed package's copies must not shadow the ones
+    # under test. --plugins installed: Slurm's directory only.
+    local plugin_dir
+    plugin_dir="$INNER/plugins:$(find_system_plugin_dir)"
+    [[ $plugins == installed ]] && plugin_dir=$(find_system_plugin_dir)
+    if [[ $plugins == installed && ! -f $ROOT$(find_system_plugin_dir)/priority_allot.so ]]; then
+        die "--plugins installed: no priority_allot.so in ${ROOT}$(find_system_plugin_dir) (install allot's package first)"
+    fi
     render "$repo_root/conf/cluster/slurm.conf.in" "$CONF" \
-        "DIR=$DIR" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
-        "SYSTEM_PLUGIN_DIR=$(find_system_plugin_dir)" "PLUGINS=$plugins" "PARTITIONS=$partitions" \
+        "DIR=$INNER" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
+        "PLUGIN_DIR=$plugin_dir" "PLUGINS=$snippet_name" "PARTITIONS=$partitions" \
         "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
-    render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$DIR"
+    render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$INNER"
+    # 24.11's slurmd initializes a cgroup plugin whatever ProctrackType and
+    # TaskPlugin say, and fails without a cgroup filesystem (none in the
+    # root); 24.11 can switch it off (22.05 knows no "disabled").
+    if [[ $RELEASE != 22.05 ]]; then
+        printf '# scripts/cluster.sh: no cgroups on a single-host test cluster\nCgroupPlugin=disabled\n' >"$ETC/cgroup.conf"
+    fi
     if [[ ${ALLOT_RUN_LOG:-0} == 1 ]]; then
         # Slurm's own record of every run, for reconciliation: slurmctld runs
         # EpilogSlurmctld at the end of each run (requeues included) while
@@ -396,19 +513,21 @@ cmd_up() {
         # start and end.
         cat >"$ETC/epilog-ctld.sh" <<EOS
 #!/bin/sh
-SLURM_CONF=$CONF SLURM_TIME_FORMAT=%s scontrol show job -o "\$SLURM_JOB_ID" >>"$LOGS/run-ends.log" 2>&1
+SLURM_CONF=$INNER/etc/slurm.conf SLURM_TIME_FORMAT=%s scontrol show job -o "\$SLURM_JOB_ID" >>"$INNER/log/run-ends.log" 2>&1
 exit 0
 EOS
         chmod 755 "$ETC/epilog-ctld.sh"
-        printf '\n# ALLOT_RUN_LOG=1: every run end into log/run-ends.log\nEpilogSlurmctld=%s\n' "$ETC/epilog-ctld.sh" >>"$CONF"
+        printf '\n# ALLOT_RUN_LOG=1: every run end into log/run-ends.log\nEpilogSlurmctld=%s\n' "$INNER/etc/epilog-ctld.sh" >>"$CONF"
     fi
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
-    set_allot_key "$ETC/allot.conf" LedgerPath "$DIR/ledger.db"
+    set_allot_key "$ETC/allot.conf" LedgerPath "$INNER/ledger.db"
     ((kept == 0)) || set_allot_key "$ETC/allot.conf" SmallJobPartition small
     if ((!shipped)); then
         set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
         set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"
     fi
+
+    ((accounting)) && write_accounting_conf "$base"
 
     # From here on a failure stops whatever was started, then shows the logs.
     # Stop first and ignore SIGPIPE: a reader that goes away early (`| head`)
@@ -416,17 +535,19 @@ EOS
     trap 'rc=$?; if ((rc != 0)); then trap "" PIPE; say "up failed; stopping the daemons" >&2; cmd_down >&2 || true; say "daemon logs:" >&2; print_logs 30 >&2 || true; fi' EXIT
 
     start_daemon munged munged --foreground --force \
-        --socket="$DIR/munge/run/munge.socket.2" \
-        --key-file="$DIR/munge/key/munge.key" \
-        --pid-file="$DIR/run/munged.pid" \
-        --seed-file="$DIR/munge/lib/munged.seed" \
-        --log-file="$LOGS/munged.log"
+        --socket="$INNER/munge/run/munge.socket.2" \
+        --key-file="$INNER/munge/key/munge.key" \
+        --pid-file="$INNER/run/munged.pid" \
+        --seed-file="$INNER/munge/lib/munged.seed" \
+        --log-file="$INNER/log/munged.log"
     wait_for "munged socket" 10 test -S "$DIR/munge/run/munge.socket.2"
 
-    start_daemon slurmctld slurmctld -D -f "$CONF"
-    wait_for "slurmctld to answer" 15 scontrol ping
+    ((accounting)) && start_accounting "$base"
+
+    start_daemon slurmctld slurmctld -D -f "$INNER/etc/slurm.conf"
+    wait_for "slurmctld to answer" 15 "${IN_ROOT[@]}" scontrol ping
     for name in "${NODES[@]}"; do
-        start_daemon "slurmd-$name" slurmd -D -N "$name" -f "$CONF"
+        start_daemon "slurmd-$name" slurmd -D -N "$name" -f "$INNER/etc/slurm.conf"
     done
     for name in $(daemon_names); do
         live_pid "$name" >/dev/null || die "$name exited right after starting (or was forked away from its recorded pid)"
@@ -436,20 +557,89 @@ EOS
     wait_for "${#NODES[@]} idle nodes" "$timeout" nodes_idle
     trap - EXIT
     local ms=$((($(date +%s%N) - start_ns) / 1000000))
-    say "up: $DIR with $plugins plugins, slurmctld port $base, nodes ${NODES[*]} on $((base + 1))-$((base + ${#NODES[@]})), ${#NODES[@]}x$GPUS_PER_NODE GPUs, in ${ms} ms"
+    local with_accounting=""
+    ((accounting)) && with_accounting=", slurmdbd on port $((base + 6)), MariaDB on $((base + 5))"
+    say "up: $DIR with $plugins plugins, Slurm $(release_field "$RELEASE" version)${ROOT:+ (in $ROOT)}$with_accounting, slurmctld port $base, nodes ${NODES[*]} on $((base + 1))-$((base + ${#NODES[@]})), ${#NODES[@]}x$GPUS_PER_NODE GPUs, in ${ms} ms"
     say "use it: eval \"\$($0 env $DIR)\"; sinfo"
+}
+
+# Accounting (ALLOT_ACCOUNTING=1): slurm.conf's lines for slurmdbd, and
+# slurmdbd.conf, which slurmdbd reads beside $SLURM_CONF; it must be mode
+# 0600 and owned by SlurmUser (root here). The private munged's socket is
+# named twice in slurm.conf: connections to slurmdbd take their munge
+# options from AccountingStoragePass, not AuthInfo.
+write_accounting_conf() {
+    local base=$1
+    mkdir -p "$DIR/db"
+    sed -i 's|^AccountingStorageType=accounting_storage/none$|# ALLOT_ACCOUNTING=1: accounting is configured at the end|' "$CONF"
+    cat >>"$CONF" <<EOF
+
+# ALLOT_ACCOUNTING=1 (scripts/cluster.sh): Slurm's accounting in a private
+# slurmdbd and MariaDB. Every job needs an association of its user with its
+# account (allot associations); gres/gpu is recorded, so sacct shows GPUs.
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=$((base + 6))
+AccountingStoragePass=socket=$INNER/munge/run/munge.socket.2
+AccountingStorageEnforce=associations
+AccountingStorageTRES=gres/gpu
+EOF
+    (umask 077 && cat >"$ETC/slurmdbd.conf" <<EOF
+# slurmdbd.conf of allot's test cluster (scripts/cluster.sh, ALLOT_ACCOUNTING=1)
+AuthType=auth/munge
+AuthInfo=socket=$INNER/munge/run/munge.socket.2
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=$((base + 6))
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$((base + 5))
+StorageUser=root
+StorageLoc=slurm_acct_db
+PidFile=$INNER/run/slurmdbd.pid
+LogFile=$INNER/log/slurmdbd.log
+DebugLevel=info
+EOF
+)
+    chmod 0600 "$ETC/slurmdbd.conf"
+}
+
+# A private MariaDB in DIR/db (root logs in over 127.0.0.1 without a
+# password: a throwaway test database), then slurmdbd, then the cluster's
+# entry in slurmdbd (so that accounts can be added before slurmctld first
+# registers). The database is made before slurmdbd's first start: 24.11.5's
+# slurmdbd with Debian 13's MariaDB 11.8 client fails its first query when
+# it has to create the database itself.
+start_accounting() {
+    local base=$1
+    local mariadb_opts=(--no-defaults --datadir="$INNER/db/data" --socket="$INNER/run/mysqld.sock"
+        --port=$((base + 5)) --bind-address=127.0.0.1 --user=root --pid-file="$INNER/run/mariadbd.pid"
+        --log-error="$INNER/log/mariadbd.log" --skip-name-resolve
+        --innodb-log-file-size=4M --innodb-buffer-pool-size=64M)
+    echo "CREATE DATABASE IF NOT EXISTS slurm_acct_db;" >"$ETC/db-init.sql"
+    # --force: no host name lookups (the root may not resolve this host's name).
+    "${IN_ROOT[@]}" mariadb-install-db --no-defaults --extra-file="$INNER/etc/db-init.sql" \
+        --datadir="$INNER/db/data" --user=root --auth-root-authentication-method=normal \
+        --skip-test-db --skip-name-resolve --force --innodb-log-file-size=4M --innodb-buffer-pool-size=64M \
+        >"$LOGS/mariadb-install-db.log" 2>&1 || die "mariadb-install-db failed; see $LOGS/mariadb-install-db.log"
+    start_daemon mariadbd mariadbd "${mariadb_opts[@]}"
+    wait_for "MariaDB to answer" 30 "${IN_ROOT[@]}" mariadb-admin --no-defaults --socket="$INNER/run/mysqld.sock" -uroot ping
+    start_daemon slurmdbd slurmdbd -D
+    wait_for "slurmdbd to answer" 30 "${IN_ROOT[@]}" sacctmgr -n show cluster
+    "${IN_ROOT[@]}" sacctmgr -i add cluster allot >/dev/null || die "sacctmgr add cluster allot failed"
 }
 
 # sinfo -N lists a node once per partition: count each node once.
 nodes_responding() {
     local n
-    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | wc -l)
+    n=$(timeout 5 "${IN_ROOT[@]}" sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 ~ /^(idle|mix|alloc|comp)$/' | wc -l)
     ((n == ${#NODES[@]}))
 }
 
 nodes_idle() {
     local n
-    n=$(timeout 5 sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 == "idle"' | wc -l)
+    n=$(timeout 5 "${IN_ROOT[@]}" sinfo -h -N -o '%N %t' 2>/dev/null | sort -u | awk '$2 == "idle"' | wc -l)
     ((n == ${#NODES[@]}))
 }
 
@@ -483,7 +673,7 @@ cmd_status() {
             rc=1
         fi
     done
-    if live_pid slurmctld >/dev/null; then timeout 5 sinfo -N || rc=1; fi
+    if live_pid slurmctld >/dev/null; then timeout 5 "${IN_ROOT[@]}" sinfo -N || rc=1; fi
     return $rc
 }
 
@@ -494,8 +684,8 @@ cmd_restart_ctld() {
         wait_gone 20 slurmctld
     fi
     live_pid munged >/dev/null || die "munged is not running in $DIR: use up"
-    start_daemon slurmctld slurmctld -D -f "$CONF"
-    wait_for "slurmctld to answer" 15 scontrol ping
+    start_daemon slurmctld slurmctld -D -f "$INNER/etc/slurm.conf"
+    wait_for "slurmctld to answer" 15 "${IN_ROOT[@]}" scontrol ping
     # Recovered nodes are "unknown" until their slurmd answers again.
     wait_for "the nodes to register again" "${ALLOT_UP_TIMEOUT:-30}" nodes_responding
     say "slurmctld restarted (pid $(live_pid slurmctld))"
@@ -514,7 +704,7 @@ case $command in
                 *) die "unknown argument '$1' (see --help)" ;;
             esac
         done
-        [[ $plugins == stock || $plugins == allot ]] || die "--plugins must be stock or allot, not '$plugins'"
+        [[ $plugins == stock || $plugins == allot || $plugins == installed ]] || die "--plugins must be stock, allot or installed, not '$plugins'"
         set_paths "$dir" create
         cmd_up "$plugins"
         ;;
@@ -525,7 +715,7 @@ case $command in
         ;;
     env)
         set_paths "$dir"
-        printf 'export SLURM_CONF=%s\n' "$CONF"
+        printf 'export SLURM_CONF=%s\n' "$INNER/etc/slurm.conf"
         printf 'export ALLOT_CLUSTER_DIR=%s\n' "$DIR"
         ;;
     logs)

@@ -2,34 +2,87 @@
 # allot's demo, from a fresh Debian bookworm machine, as root:
 #
 #   1. installs what it needs (scripts/install-deps.sh) and builds allot;
-#   2. brings up a real Slurm 22.05.8 cluster on this host (4 nodes x 8 fake
-#      GPUs) with allot's four plugins, and syncs the example lab's budget
-#      tree (conf/budgets.toml: 3 programs, 10 projects, 24 teams);
+#   2. brings up a real Slurm cluster on this host (4 nodes x 8 fake GPUs)
+#      with allot's four plugins, and syncs the example lab's budget tree
+#      (conf/budgets.toml: 3 programs, 10 projects, 24 teams);
 #   3. submits a mixed workload from several teams: idle "squatting" jobs that
 #      declare min_runtime=0 (unallocated), multi-node-sized training jobs,
 #      and short debug jobs that arrive when the cluster is full;
 #   4. waits about three minutes, then prints who ran, who was preempted and
 #      why, and what each budget was charged; and brings the cluster down.
 #
-# Usage: scripts/demo.sh [--keep]   (--keep leaves the cluster up to explore:
-#        eval "$(scripts/cluster.sh env /tmp/allot-demo)"; squeue; allot --ledger ...)
-# Environment: ALLOT_DEMO_DIR (default /tmp/allot-demo), ALLOT_PORT_BASE (17500).
+# Usage: scripts/demo.sh [--keep] [--installed]
+#   --keep       leave the cluster up to explore:
+#                eval "$(scripts/cluster.sh env /tmp/allot-demo)"; squeue; allot --ledger ...
+#   --installed  use allot as its Debian package installed it (the allot
+#                command and the plugins in Slurm's PluginDir) instead of
+#                building this tree (scripts/package.sh; the package tests).
+# Environment: ALLOT_SLURM_RELEASE (22.05, the default, or 24.11: Debian 13's
+#   Slurm in its root, scripts/release.sh), ALLOT_DEMO_DIR (default
+#   /tmp/allot-demo, inside that root for 24.11), ALLOT_PORT_BASE (17500).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
+# shellcheck source=scripts/release.sh
+. scripts/release.sh
 
-keep=no
-[[ ${1:-} == --keep ]] && keep=yes
+keep=no installed=no
+for arg in "$@"; do
+    case $arg in
+        --keep) keep=yes ;;
+        --installed) installed=yes ;;
+        *) echo "demo: unknown argument '$arg' (--keep, --installed)" >&2; exit 2 ;;
+    esac
+done
 [[ $(id -u) -eq 0 ]] || { echo "demo: run as root (it runs slurmd and submits as the lab's users)" >&2; exit 1; }
 
-DIR=${ALLOT_DEMO_DIR:-/tmp/allot-demo}
+release=${ALLOT_SLURM_RELEASE:-$ALLOT_DEFAULT_RELEASE}
+release_check "$release"
+export ALLOT_SLURM_RELEASE=$release
+# The release's Slurm runs here, or chrooted into its root (IN_ROOT).
+root=$(release_field "$release" root)
+IN_ROOT=()
+[[ -n $root ]] && IN_ROOT=(chroot "$root")
+DIR=${ALLOT_DEMO_DIR:-$root/tmp/allot-demo}
+INNER=${DIR#"$root"}
 export ALLOT_PORT_BASE=${ALLOT_PORT_BASE:-17500}
 say() { printf '\ndemo: %s\n' "$*"; }
 
-say "installing dependencies and building allot (release)"
-scripts/install-deps.sh
-cargo build --release --locked -q -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot -p allot-cli
-allot="$repo/target/release/allot"
+if [[ $installed == yes ]]; then
+    say "installing dependencies (Slurm $(release_field "$release" version)); allot as installed"
+    scripts/install-deps.sh --slurm "$release"
+    "${IN_ROOT[@]}" test -x /usr/bin/allot || { echo "demo: --installed: no /usr/bin/allot${root:+ in $root}: install allot's package first" >&2; exit 1; }
+    allot_bin=/usr/bin/allot
+    plugins=installed
+else
+    say "installing dependencies and building allot (release; Slurm $(release_field "$release" version))"
+    scripts/install-deps.sh --slurm "$release"
+    cargo build --release --locked -q -p allot-cli
+    ALLOT_SLURM_RELEASE=$release CARGO_TARGET_DIR=$(release_field "$release" target) cargo build --release --locked -q \
+        -p priority-allot -p job-submit-allot -p preempt-allot -p jobcomp-allot
+    allot_bin=$repo/target/release/allot
+    plugins=allot
+fi
+ledger=$INNER/ledger.db
+# The allot command, on the demo's ledger: the package's inside the release's
+# root (it reads the cluster's slurm.conf), or this tree's here.
+allot() {
+    if [[ $installed == yes ]]; then
+        "${IN_ROOT[@]}" env SLURM_CONF="$INNER/etc/slurm.conf" "$allot_bin" --ledger "$ledger" "$@"
+    else
+        "$allot_bin" --ledger "$DIR/ledger.db" "$@"
+    fi
+}
+# A Slurm command of the demo's cluster, as root or (-u USER) as a lab member.
+slurm() {
+    local user=
+    if [[ $1 == -u ]]; then user=$2; shift 2; fi
+    if [[ -n $user ]]; then
+        "${IN_ROOT[@]}" env --chdir="$INNER/jobs" SLURM_CONF="$INNER/etc/slurm.conf" runuser -u "$user" -- "$@"
+    else
+        "${IN_ROOT[@]}" env --chdir="$INNER/jobs" SLURM_CONF="$INNER/etc/slurm.conf" "$@"
+    fi
+}
 
 # The workload: seconds after the start, user (a member of conf/budgets.toml),
 # kind, GPUs, contract, seconds of work.
@@ -56,24 +109,26 @@ done
 if [[ -d $DIR/run ]]; then scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true; fi
 rm -rf "$DIR"
 mkdir -p "$DIR"
-ledger="$DIR/ledger.db"
+cp conf/budgets.toml "$DIR/budgets.toml"
 
 say "syncing the example lab's budget into the ledger"
-"$allot" --ledger "$ledger" sync conf/budgets.toml | sed -n 1p
+# (The path as the command sees it: inside the root for the package's.)
+budget_file=$DIR/budgets.toml
+[[ $installed == yes ]] && budget_file=$INNER/budgets.toml
+allot sync "$budget_file" | sed -n 1p
 
-say "bringing up the cluster with allot's plugins"
-scripts/cluster.sh up "$DIR" --plugins allot
+say "bringing up the cluster with allot's plugins ($([[ $installed == yes ]] && echo "as installed in Slurm's PluginDir" || echo "from this tree"))"
+scripts/cluster.sh up "$DIR" --plugins "$plugins"
 if [[ $keep == no ]]; then
     trap 'scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true' EXIT
 fi
-eval "$(scripts/cluster.sh env "$DIR")"
 
 say "submitting the workload (squatters and training first, debug jobs into a full cluster)"
 start=$(date +%s)
 while read -r at user kind gpus contract work; do
     [[ -z $at ]] && continue
     while (( $(date +%s) - start < at )); do sleep 1; done
-    id=$(cd "$DIR/jobs" && runuser -u "$user" -- sbatch --parsable --requeue -o /dev/null -e /dev/null \
+    id=$(slurm -u "$user" sbatch --parsable --requeue -o /dev/null -e /dev/null \
         --gres="gpu:$gpus" --comment="$kind $contract" --job-name="$kind" --wrap "sleep $work")
     printf '  +%3ss  job %-3s %-6s %-8s %d GPU(s)  %s\n' "$at" "$id" "$user" "$kind" "$gpus" "$contract"
 done <<<"$WORKLOAD"
@@ -82,7 +137,7 @@ end=$((start + 200))
 while (( $(date +%s) < end )); do
     sleep 30
     printf '\n  at +%ss:\n' "$(( $(date +%s) - start ))"
-    squeue -o '    %.4i %.6u %.12a %.9j %.8T %.10Q %.20R' | head -20
+    slurm squeue -o '    %.4i %.6u %.12a %.9j %.8T %.10Q %.20R' | head -20
 done
 sleep 3
 
@@ -90,11 +145,11 @@ say "who ran, and who was preempted"
 printf '  %-4s %-6s %-30s %-8s %-22s %-9s %-8s %s\n' JOB USER BUDGET KIND CONTRACT STATE RESTARTS WAIT
 # WAIT: from submission to the first start, both as the ledger recorded them
 # (Slurm resets a job's SubmitTime when it requeues it).
-scontrol show job -o | while read -r line; do
+slurm scontrol show job -o | while read -r line; do
     get() { grep -o "\b$1=[^ ]*" <<<"$line" | sed -n 1p | cut -d= -f2-; }
     id=$(get JobId)
     contract=$(grep -o 'min_runtime=[^ ]*' <<<"$line" | sed -n 1p)
-    why=$("$allot" --ledger "$ledger" why "$id" 2>/dev/null || true)
+    why=$(allot why "$id" 2>/dev/null || true)
     submitted=$(awk '/^  submitted/ {print $2}' <<<"$why" | sed -n 1p)
     first=$(awk '/^  run 1:/ {print $6}' <<<"$why" | sed -n 1p)
     wait="-"
@@ -106,14 +161,14 @@ scontrol show job -o | while read -r line; do
         "$contract" "$(get JobState)" "$(get Restarts)" "$wait"
 done
 
-preempted=$(scontrol show job -o | awk '/Restarts=[1-9]/ && !found {sub("JobId=", "", $1); print $1; found = 1}')
+preempted=$(slurm scontrol show job -o | awk '/Restarts=[1-9]/ && !found {sub("JobId=", "", $1); print $1; found = 1}')
 if [[ -n $preempted ]]; then
     say "why job $preempted was preempted (allot why $preempted)"
-    "$allot" --ledger "$ledger" why "$preempted"
+    allot why "$preempted"
 fi
 
 say "what each budget was charged (allot usage --window 10m; unallocated time is never charged)"
-"$allot" --ledger "$ledger" usage --window 10m | awk 'NR <= 2 || $4 != "0.00" || $6 != "0.00"'
+allot usage --window 10m | awk 'NR <= 2 || $4 != "0.00" || $6 != "0.00"'
 
 if [[ $keep == yes ]]; then
     say "the cluster is still up: eval \"\$(scripts/cluster.sh env $DIR)\"; scripts/cluster.sh down $DIR when done"

@@ -1,50 +1,68 @@
 #!/usr/bin/env bash
-# Install everything allot needs to build its Slurm plugins and to run a real
-# Slurm cluster on this host, on Debian 12 (bookworm), as root:
+# Install everything allot needs to build its Slurm plugins for each supported
+# Slurm release and to run real Slurm clusters of those releases on this host,
+# on Debian 12 (bookworm), as root.
 #
-#   * Slurm 22.05.8 daemons, clients and public headers, munge;
-#   * libclang (bindgen, in slurm-sys/build.rs) and a C toolchain (the cc crate);
-#   * the Slurm source tree, because job_record_t and friends live only in its
-#     internal headers (src/slurmctld/slurmctld.h), which libslurm-dev lacks.
+# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging]
+#   --slurm RELEASE  22.05 (the default), 24.11, or all; may be repeated.
+#                    22.05: Debian 12's Slurm 22.05.8 daemons, clients and
+#                      headers on this host, and its source tree (apt-get source).
+#                    24.11: Debian 13's Slurm 24.11.5: the upstream source tree
+#                      Debian builds from and Debian 13's libslurm-dev headers,
+#                      for the build; and, for the test clusters, a Debian 13
+#                      root ($ALLOT_TRIXIE_ROOT, default
+#                      /var/cache/allot/trixie-root) with Debian's own Slurm
+#                      24.11.5 packages, which scripts/cluster.sh runs chrooted.
+#                      Debian 13's packages are fetched with a private apt
+#                      configuration: this host's sources are not touched.
+#   --accounting     also slurmdbd and MariaDB (Debian's), on the host for
+#                    22.05 and in the Debian 13 root for 24.11: the test
+#                    clusters with accounting (scripts/cluster.sh ALLOT_ACCOUNTING=1).
+#   --packaging      also cargo-deb (cargo install --locked), for scripts/package.sh.
+# Always: libclang (bindgen, in slurm-sys/build.rs), a C toolchain (the cc
+# crate), munge, and a font for the simulator's pictures.
 #
-# Idempotent: a re-run on a ready machine touches no network and takes well
-# under a second. Prints one line per step.
+# Idempotent: a re-run on a ready machine touches no network and takes about a
+# second. Prints one line per step.
 #
 # Environment:
-#   ALLOT_SLURM_SRC_ROOT  where the source tree goes (default /usr/local/src/allot);
-#                         the tree ends up at $ALLOT_SLURM_SRC_ROOT/slurm-wlm-22.05.8,
-#                         which is slurm-sys's default SLURM_SRC_DIR.
+#   ALLOT_SLURM_SRC_ROOT  where the source trees go (default /usr/local/src/allot),
+#                         which is where slurm-sys looks by default.
+#   ALLOT_TRIXIE_ROOT     the Debian 13 root for 24.11's test clusters.
 set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/release.sh
+. scripts/release.sh
 
-readonly SLURM_UPSTREAM_VERSION=22.05.8
-readonly SRC_ROOT="${ALLOT_SLURM_SRC_ROOT:-/usr/local/src/allot}"
-readonly SRC_TREE="$SRC_ROOT/slurm-wlm-$SLURM_UPSTREAM_VERSION"
 readonly DEB_SRC_FILE=/etc/apt/sources.list.d/allot-src.sources
 readonly APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 --no-install-recommends)
-
-# What each package is for:
-#   slurm-wlm slurmctld slurmd slurm-client  the daemons and sbatch/squeue/...
-#   munge                 the authentication daemon every Slurm RPC goes through
-#   libslurm-dev          slurm/slurm.h, slurm_version.h and libslurm for bindgen
-#   libclang-dev          libclang, which bindgen loads to parse the headers
-#   build-essential       the C compiler the cc crate uses for the layout probe
-#                         and for the SQLite that rusqlite bundles (no pkg-config),
-#                         and g++ for libFuzzer's C++ (libfuzzer-sys, scripts/fuzz.sh)
-#   dpkg-dev              dpkg-source, which `apt-get source` needs to unpack
-#   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
-#   coreutils             timeout/mknod (essential, listed so the check is explicit)
-#   fonts-dejavu-core     the font `allot simulate` draws its pictures' text with
-readonly PACKAGES=(
-    slurm-wlm slurmctld slurmd slurm-client munge libslurm-dev
-    libclang-dev build-essential dpkg-dev
-    procps util-linux coreutils
-    fonts-dejavu-core
-)
+readonly CARGO_DEB_VERSION=3.8.0
 
 step() { printf 'install-deps: %s\n' "$*"; }
 die() { printf 'install-deps: ERROR: %s\n' "$*" >&2; exit 1; }
+usage() { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
 # The "Version:" field of a Slurm source tree's META file.
 meta_version() { awk '$1 == "Version:" { print $2; exit }' "$1"; }
+# A Debian version's upstream part: no epoch, no Debian revision.
+upstream_of() { local v=${1#*:}; echo "${v%-*}"; }
+
+releases=() accounting=0 packaging=0
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --slurm) [[ $# -ge 2 ]] || usage; releases+=("$2"); shift 2 ;;
+        --slurm=*) releases+=("${1#*=}"); shift ;;
+        --accounting) accounting=1; shift ;;
+        --packaging) packaging=1; shift ;;
+        -h|--help) usage ;;
+        *) die "unknown argument '$1' (see --help)" ;;
+    esac
+done
+[[ ${#releases[@]} -gt 0 ]] || releases=("$ALLOT_DEFAULT_RELEASE")
+want=()
+for r in "${releases[@]}"; do
+    if [[ $r == all ]]; then want+=("${ALLOT_RELEASES[@]}"); else release_check "$r"; want+=("$r"); fi
+done
+has_release() { local r; for r in "${want[@]}"; do [[ $r == "$1" ]] && return 0; done; return 1; }
 
 [[ $(id -u) -eq 0 ]] || die "must run as root (try: sudo $0)"
 # shellcheck source=/dev/null
@@ -76,92 +94,130 @@ apt_update_once() {
     fi
 }
 
-# --- 1. packages ---------------------------------------------------------------
+# Keep packages' init scripts from starting daemons (allot runs its own,
+# under private directories; a system slurmctld or mariadb started by a
+# package would take ports and files). Docker-style images already have
+# such a policy-rc.d. ROOT: "" for this host, else a chroot.
+with_no_service_starts() {
+    local root=$1; shift
+    local policy=$root/usr/sbin/policy-rc.d temp=0 rc=0
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\n# temporary, from allot scripts/install-deps.sh\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        temp=1
+    fi
+    "$@" || rc=$?
+    ((temp)) && rm -f "$policy"
+    return $rc
+}
+
+# The deb822 URIs of this host's bookworm and bookworm-security stanzas, so a
+# site mirror is honoured; Debian's defaults otherwise. Sets main_uri, sec_uri.
+host_mirrors() {
+    main_uri=http://deb.debian.org/debian
+    sec_uri=http://deb.debian.org/debian-security
+    [[ -r /etc/apt/sources.list.d/debian.sources ]] || return 0
+    local found_main found_sec
+    read -r found_main found_sec < <(awk '
+        BEGIN { RS = ""; FS = "\n" }          # one deb822 stanza per record
+        {
+            types = ""; uris = ""; suites = ""
+            for (i = 1; i <= NF; i++) {
+                if ($i ~ /^Types:/)  types  = $i
+                if ($i ~ /^URIs:/)   { uris = $i; sub(/^URIs:[ \t]*/, "", uris); sub(/[ \t].*/, "", uris) }
+                if ($i ~ /^Suites:/) suites = $i
+            }
+            if (types !~ /[ \t]deb([ \t]|$)/) next
+            if (suites ~ /bookworm-security/) sec = uris
+            else if (suites ~ /[ \t]bookworm([ \t]|$)/) main = uris
+        }
+        END { print (main == "" ? "-" : main), (sec == "" ? "-" : sec) }
+    ' /etc/apt/sources.list.d/debian.sources) || true
+    [[ ${found_main:--} != - ]] && main_uri=$found_main
+    [[ ${found_sec:--} != - ]] && sec_uri=$found_sec
+    return 0
+}
+host_mirrors
+
+# --- 1. this host's packages ---------------------------------------------------
+# What each package is for:
+#   munge                 the authentication daemon every Slurm RPC goes through
+#   libclang-dev          libclang, which bindgen loads to parse the headers
+#   build-essential       the C compiler the cc crate uses for the layout probe
+#                         and for the SQLite that rusqlite bundles (no pkg-config),
+#                         and g++ for libFuzzer's C++ (libfuzzer-sys, scripts/fuzz.sh)
+#   dpkg-dev              dpkg-source, which `apt-get source` needs to unpack;
+#                         dpkg-shlibdeps, which cargo-deb uses for Depends
+#   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
+#   coreutils             timeout/mknod (essential, listed so the check is explicit)
+#   fonts-dejavu-core     the font `allot simulate` draws its pictures' text with
+#   22.05: slurm-wlm slurmctld slurmd slurm-client libslurm-dev
+#                         the daemons, sbatch/squeue/..., headers and libslurm
+#   24.11: debootstrap    makes the Debian 13 root
+#   --accounting (22.05): slurmdbd mariadb-server
+packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core)
+has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
+has_release 24.11 && packages+=(debootstrap)
+((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
+
 # One dpkg-query for all of them (fast): status abbreviation "ii" means
 # installed; packages dpkg has never heard of are simply absent from its output
 # (it then exits non-zero, hence the `|| true`).
 declare -A have=()
 while read -r pkg abbrev; do
     if [[ $abbrev == ii ]]; then have[$pkg]=1; fi
-done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${PACKAGES[@]}" 2>/dev/null || true)
+done < <(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${packages[@]}" 2>/dev/null || true)
 missing=()
-for p in "${PACKAGES[@]}"; do
+for p in "${packages[@]}"; do
     [[ -n ${have[$p]:-} ]] || missing+=("$p")
 done
 if [[ ${#missing[@]} -eq 0 ]]; then
-    step "packages: all ${#PACKAGES[@]} present"
+    step "packages: all ${#packages[@]} present"
 else
     apt_update_once
     step "packages: installing ${missing[*]}"
-    # Keep the packages' init scripts from starting the system-wide munged,
-    # slurmctld and slurmd (allot runs its own, under a private directory; a
-    # system slurmctld without /etc/slurm/slurm.conf fails and can fail the
-    # install). Docker-style images already have such a policy-rc.d.
-    temp_policy=0
-    if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-        printf '#!/bin/sh\n# temporary, from allot scripts/install-deps.sh\nexit 101\n' >/usr/sbin/policy-rc.d
-        chmod 0755 /usr/sbin/policy-rc.d
-        temp_policy=1
-        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-    fi
-    run_logged apt-get install "${APT_OPTS[@]}" "${missing[@]}"
-    if ((temp_policy)); then
-        rm -f /usr/sbin/policy-rc.d
-        trap - EXIT
-    fi
+    with_no_service_starts "" run_logged apt-get install "${APT_OPTS[@]}" "${missing[@]}"
 fi
 
-# --- 2. Slurm version ----------------------------------------------------------
-# allot's plugins are built against 22.05.8's internal struct layouts and must
-# report plugin_version 0x160508: any other Slurm would refuse them (fatal) or,
-# worse, load them and misread job_record_t. Check both the package database and
-# the binary itself.
-for p in slurmctld slurmd libslurm-dev; do
-    v=$(dpkg-query -W -f='${Version}' "$p")
-    upstream=${v#*:}          # strip an epoch, if any
-    upstream=${upstream%-*}   # strip the Debian revision
-    [[ $upstream == "$SLURM_UPSTREAM_VERSION" ]] \
-        || die "$p is version $v; allot needs Slurm $SLURM_UPSTREAM_VERSION exactly (Debian bookworm's slurm-wlm). Remove it and re-run, or pin the bookworm package."
-done
-ctld_version=$(slurmctld -V 2>&1 || true)
-[[ $ctld_version == "slurm-wlm $SLURM_UPSTREAM_VERSION" || $ctld_version == "slurm $SLURM_UPSTREAM_VERSION" ]] \
-    || die "slurmctld -V says '$ctld_version'; allot needs Slurm $SLURM_UPSTREAM_VERSION exactly"
-grep -q '^#define SLURM_VERSION_NUMBER 0x160508$' /usr/include/slurm/slurm_version.h \
-    || die "/usr/include/slurm/slurm_version.h is not Slurm $SLURM_UPSTREAM_VERSION (expected SLURM_VERSION_NUMBER 0x160508)"
-step "slurm: $ctld_version ($(dpkg-query -W -f='${Version}' slurmctld))"
+# bindgen finds libclang through clang-sys; Debian puts it in /usr/lib/llvm-N/lib.
+compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null \
+    || die "libclang not found under /usr/lib/llvm-*/lib although libclang-dev is installed"
+command -v cc >/dev/null || die "no C compiler (cc) although build-essential is installed"
 
-# --- 3. Slurm source tree --------------------------------------------------------
-# The layout-bearing headers (job_record_t, part_record_t, job_queue_rec_t...) are
-# not packaged anywhere; the Debian source package is the way to get the exact
-# tree Debian built from. Debian's patches do not change struct layouts.
-if [[ -f $SRC_TREE/src/slurmctld/slurmctld.h && -f $SRC_TREE/META ]]; then
-    step "source: $SRC_TREE already present"
-else
-    # deb-src entries mirroring the machine's deb entries: take the URIs of the
-    # existing bookworm and bookworm-security stanzas so a site mirror is honoured,
-    # falling back to the Debian defaults.
-    main_uri=http://deb.debian.org/debian
-    sec_uri=http://deb.debian.org/debian-security
-    if [[ -r /etc/apt/sources.list.d/debian.sources ]]; then
-        read -r found_main found_sec < <(awk '
-            BEGIN { RS = ""; FS = "\n" }          # one deb822 stanza per record
-            {
-                types = ""; uris = ""; suites = ""
-                for (i = 1; i <= NF; i++) {
-                    if ($i ~ /^Types:/)  types  = $i
-                    if ($i ~ /^URIs:/)   { uris = $i; sub(/^URIs:[ \t]*/, "", uris); sub(/[ \t].*/, "", uris) }
-                    if ($i ~ /^Suites:/) suites = $i
-                }
-                if (types !~ /[ \t]deb([ \t]|$)/) next
-                if (suites ~ /bookworm-security/) sec = uris
-                else if (suites ~ /[ \t]bookworm([ \t]|$)/) main = uris
-            }
-            END { print (main == "" ? "-" : main), (sec == "" ? "-" : sec) }
-        ' /etc/apt/sources.list.d/debian.sources) || true
-        [[ ${found_main:--} != - ]] && main_uri=$found_main
-        [[ ${found_sec:--} != - ]] && sec_uri=$found_sec
+# --- 2. Slurm 22.05.8, this host's --------------------------------------------
+install_22_05() {
+    local version src
+    version=$(release_field 22.05 version)
+    src=$(release_field 22.05 src)
+    # allot's plugins are built against 22.05.8's internal struct layouts and
+    # must report plugin_version 0x160508: any other Slurm would refuse them
+    # (fatal) or, worse, load them and misread job_record_t. Check both the
+    # package database and the binary itself.
+    local p v ctld_version
+    for p in slurmctld slurmd libslurm-dev; do
+        v=$(dpkg-query -W -f='${Version}' "$p")
+        [[ $(upstream_of "$v") == "$version" ]] \
+            || die "$p is version $v; allot's 22.05 build needs Slurm $version exactly (Debian bookworm's slurm-wlm). Remove it and re-run, or pin the bookworm package."
+    done
+    ctld_version=$(slurmctld -V 2>&1 || true)
+    [[ $ctld_version == "slurm-wlm $version" || $ctld_version == "slurm $version" ]] \
+        || die "slurmctld -V says '$ctld_version'; allot needs Slurm $version exactly"
+    grep -q '^#define SLURM_VERSION_NUMBER 0x160508$' /usr/include/slurm/slurm_version.h \
+        || die "/usr/include/slurm/slurm_version.h is not Slurm $version (expected SLURM_VERSION_NUMBER 0x160508)"
+    if ((accounting)); then
+        v=$(dpkg-query -W -f='${Version}' slurmdbd)
+        [[ $(upstream_of "$v") == "$version" ]] || die "slurmdbd is version $v, not $version"
     fi
-    want=$(cat <<EOF
+    step "slurm 22.05: $ctld_version ($(dpkg-query -W -f='${Version}' slurmctld))"
+
+    # The layout-bearing headers (job_record_t, part_record_t, job_queue_rec_t...)
+    # are not packaged anywhere; the Debian source package is the way to get the
+    # exact tree Debian built from. Debian's patches do not change struct layouts.
+    if [[ -f $src/src/slurmctld/slurmctld.h && -f $src/META ]]; then
+        step "source 22.05: $src already present"
+    else
+        local want
+        want=$(cat <<EOF
 # Added by allot's scripts/install-deps.sh: source packages, for Slurm's
 # internal headers (apt-get source slurm-wlm).
 Types: deb-src
@@ -177,55 +233,227 @@ Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 )
-    if [[ -f $DEB_SRC_FILE ]] && [[ $(cat "$DEB_SRC_FILE") == "$want" ]]; then
-        step "deb-src: $DEB_SRC_FILE up to date"
-    else
-        step "deb-src: writing $DEB_SRC_FILE ($main_uri, $sec_uri)"
-        printf '%s\n' "$want" >"$DEB_SRC_FILE.tmp"
-        mv "$DEB_SRC_FILE.tmp" "$DEB_SRC_FILE"
-        apt_updated=0   # the new entries need an index download
+        if [[ -f $DEB_SRC_FILE ]] && [[ $(cat "$DEB_SRC_FILE") == "$want" ]]; then
+            step "deb-src: $DEB_SRC_FILE up to date"
+        else
+            step "deb-src: writing $DEB_SRC_FILE ($main_uri, $sec_uri)"
+            printf '%s\n' "$want" >"$DEB_SRC_FILE.tmp"
+            mv "$DEB_SRC_FILE.tmp" "$DEB_SRC_FILE"
+            apt_updated=0   # the new entries need an index download
+        fi
+        # The source index may be absent even with the entry present (fresh lists).
+        if [[ $apt_updated -eq 0 ]] || ! apt-cache showsrc slurm-wlm 2>/dev/null | grep -q '^Package: slurm-wlm'; then
+            apt_updated=0
+            apt_update_once
+        fi
+        # Download into a scratch directory beside the destination and move the
+        # tree into place only once it is complete, so an interrupted run never
+        # leaves a half-unpacked tree that a later run would take as done.
+        local root scratch installed
+        root=$(dirname "$src")
+        mkdir -p "$root"
+        scratch=$(mktemp -d "$root/.apt-source.XXXXXX")
+        # Prefer the source of exactly the installed binary version; fall back to
+        # whatever the archive has if that revision was superseded (the upstream
+        # version is checked below either way).
+        installed=$(dpkg-query -W -f='${Version}' slurmctld)
+        step "source 22.05: apt-get source slurm-wlm=$installed into $root"
+        if ! (cd "$scratch" && apt-get -q source "slurm-wlm=$installed" >apt-source.log 2>&1); then
+            step "source 22.05: $installed not in the archive, trying the current slurm-wlm"
+            (cd "$scratch" && apt-get -q source slurm-wlm >apt-source.log 2>&1) \
+                || { tail -n 20 "$scratch/apt-source.log" >&2; rm -rf "$scratch"; die "apt-get source slurm-wlm failed"; }
+        fi
+        local tree=$scratch/slurm-wlm-$version
+        if [[ ! -f $tree/META || $(meta_version "$tree/META") != "$version" ]]; then
+            local got
+            got=$(cd "$scratch" && echo *)
+            rm -rf "$scratch"
+            die "apt-get source did not produce a Slurm $version tree (got: $got)"
+        fi
+        rm -rf "$src"
+        mv "$tree" "$src"
+        rm -rf "$scratch"
+        step "source 22.05: unpacked $src"
     fi
-    # The source index may be absent even with the entry present (fresh lists).
-    if [[ $apt_updated -eq 0 ]] || ! apt-cache showsrc slurm-wlm 2>/dev/null | grep -q '^Package: slurm-wlm'; then
-        apt_updated=0
-        apt_update_once
+    [[ $(meta_version "$src/META") == "$version" ]] \
+        || die "$src/META is not Slurm $version; remove the tree and re-run"
+}
+
+# --- 3. Slurm 24.11.5, Debian 13's ---------------------------------------------
+# A private apt configuration for Debian 13 (trixie): its indexes and
+# downloads live under /var/cache/allot/apt-trixie, and this host's own
+# sources.list is never given a trixie entry (an upgrade would then pull
+# Debian 13 packages into Debian 12).
+readonly TRIXIE_APT=/var/cache/allot/apt-trixie
+trixie_apt_opts=()
+# Writes the configuration and downloads the indexes once; call it in this
+# shell (not in a $(...) subshell) before trixie_apt.
+trixie_apt_init() {
+    if [[ ${#trixie_apt_opts[@]} -eq 0 ]]; then
+        mkdir -p "$TRIXIE_APT/lists/partial" "$TRIXIE_APT/archives/partial"
+        cat >"$TRIXIE_APT/sources.list" <<EOF
+# allot's scripts/install-deps.sh: Debian 13 (trixie), for Slurm 24.11.5's
+# source tree and headers; used only through this directory's apt options.
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $main_uri trixie main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $main_uri trixie main
+deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $sec_uri trixie-security main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $sec_uri trixie-security main
+EOF
+        trixie_apt_opts=(-o "Dir::Etc::SourceList=$TRIXIE_APT/sources.list" -o Dir::Etc::SourceParts=/nonexistent
+            -o "Dir::State::Lists=$TRIXIE_APT/lists" -o "Dir::Cache=$TRIXIE_APT" -o "Dir::Cache::Archives=$TRIXIE_APT/archives"
+            -o APT::Sandbox::User=root)
+        step "apt-get update (Debian 13 indexes, private)"
+        run_logged apt-get -q "${trixie_apt_opts[@]}" update
+    fi
+}
+# trixie_apt apt-get|apt-cache ARGS...
+trixie_apt() {
+    [[ ${#trixie_apt_opts[@]} -gt 0 ]] || die "trixie_apt_init first"
+    local tool=$1; shift
+    "$tool" -q "${trixie_apt_opts[@]}" "$@"
+}
+
+# A file of a source package, checked against the SHA256 its index entry
+# gives. The main archive's entry comes first, the security archive's after
+# (its files live under pool/updates there).
+# Usage: fetch_source_file PACKAGE VERSION NAME DEST
+fetch_source_file() {
+    local package=$1 version=$2 name=$3 dest=$4 record dir sha uri
+    while IFS= read -r -d '' record; do
+        dir=$(awk '/^Directory:/ { print $2 }' <<<"$record")
+        sha=$(awk -v f="$name" '/^Checksums-Sha256:/ { on = 1; next } /^[^ ]/ { on = 0 } on && $3 == f { print $1 }' <<<"$record")
+        [[ -n $dir && -n $sha ]] || continue
+        for uri in "$main_uri" "$sec_uri"; do
+            if /usr/lib/apt/apt-helper download-file "$uri/$dir/$name" "$dest" "SHA256:$sha" >/dev/null 2>&1; then
+                return 0
+            fi
+        done
+    done < <(trixie_apt apt-cache showsrc "$package" 2>/dev/null \
+        | awk -v v="$version" 'BEGIN { RS = ""; ORS = "\0" } index($0 "\n", "\nVersion: " v "\n") { print }')
+    die "cannot download $name of $package $version from Debian 13 ($main_uri, $sec_uri)"
+}
+
+install_24_11() {
+    local version src include root
+    version=$(release_field 24.11 version)
+    src=$(release_field 24.11 src)
+    include=$(release_field 24.11 include)
+    root=$(release_field 24.11 root)
+
+    # The source tree: the upstream tarball Debian 13 builds from (its .dsc
+    # and Debian patches are not always served; the patches of 24.11.5-4 do
+    # not touch the structs the plugins read, and the layout test compares
+    # against a configured tree).
+    if [[ -f $src/src/slurmctld/slurmctld.h && -f $src/META ]]; then
+        step "source 24.11: $src already present"
+    else
+        local parent scratch srcpkg
+        parent=$(dirname "$src")
+        mkdir -p "$parent"
+        trixie_apt_init
+        scratch=$(mktemp -d "$parent/.trixie-source.XXXXXX")
+        srcpkg=$(trixie_apt apt-cache showsrc slurm-wlm 2>/dev/null | awk '/^Version:/ { print $2 }' | while read -r v; do
+            [[ $(upstream_of "$v") == "$version" ]] && { echo "$v"; break; }; done)
+        [[ -n $srcpkg ]] || { rm -rf "$scratch"; die "Debian 13's source index has no slurm-wlm $version"; }
+        step "source 24.11: slurm-wlm_$version.orig.tar.gz (slurm-wlm $srcpkg) into $parent"
+        fetch_source_file slurm-wlm "$srcpkg" "slurm-wlm_$version.orig.tar.gz" "$scratch/orig.tar.gz"
+        tar -xzf "$scratch/orig.tar.gz" -C "$scratch"
+        local tree
+        tree=$(find "$scratch" -mindepth 1 -maxdepth 1 -type d | head -n 1)
+        if [[ -z $tree || ! -f $tree/META || $(meta_version "$tree/META") != "$version" ]]; then
+            rm -rf "$scratch"
+            die "the tarball did not unpack to a Slurm $version tree"
+        fi
+        rm -rf "$src"
+        mv "$tree" "$src"
+        rm -rf "$scratch"
+        step "source 24.11: unpacked $src"
+    fi
+    [[ $(meta_version "$src/META") == "$version" ]] || die "$src/META is not Slurm $version; remove the tree and re-run"
+
+    # The public headers as Debian 13 installs them (libslurm-dev), unpacked
+    # beside the source tree, not installed: this host's libslurm-dev is 22.05's.
+    local version_h=$include/slurm/slurm_version.h
+    if [[ -f $version_h ]] && grep -q '^#define SLURM_VERSION_NUMBER 0x180b05$' "$version_h"; then
+        step "headers 24.11: $include already present"
+    else
+        local dest scratch deb
+        dest=${include%/usr/include}
+        [[ $dest != "$include" ]] || die "ALLOT_SLURM_SRC_ROOT layout: $include must end in /usr/include"
+        trixie_apt_init
+        scratch=$(mktemp -d)
+        step "headers 24.11: Debian 13's libslurm-dev into $dest"
+        (cd "$scratch" && trixie_apt apt-get download libslurm-dev >download.log 2>&1) \
+            || { cat "$scratch/download.log" >&2; rm -rf "$scratch"; die "cannot download Debian 13's libslurm-dev"; }
+        deb=$(find "$scratch" -name 'libslurm-dev_*.deb' | head -n 1)
+        [[ $(upstream_of "$(dpkg-deb -f "$deb" Version)") == "$version" ]] \
+            || { rm -rf "$scratch"; die "Debian 13's libslurm-dev is not $version"; }
+        rm -rf "$dest"
+        mkdir -p "$dest"
+        dpkg-deb -x "$deb" "$dest"
+        rm -rf "$scratch"
+        grep -q '^#define SLURM_VERSION_NUMBER 0x180b05$' "$version_h" || die "$version_h is not Slurm $version"
     fi
 
-    # Download into a scratch directory beside the destination and move the
-    # tree into place only once it is complete, so an interrupted run never
-    # leaves a half-unpacked tree that a later run would take as done.
-    mkdir -p "$SRC_ROOT"
-    scratch=$(mktemp -d "$SRC_ROOT/.apt-source.XXXXXX")
-    trap 'rm -rf "$scratch"' EXIT
-    # Prefer the source of exactly the installed binary version; fall back to
-    # whatever the archive has if that revision was superseded (the upstream
-    # version is checked below either way).
-    installed=$(dpkg-query -W -f='${Version}' slurmctld)
-    step "source: apt-get source slurm-wlm=$installed into $SRC_ROOT"
-    if ! (cd "$scratch" && apt-get -q source "slurm-wlm=$installed" >apt-source.log 2>&1); then
-        step "source: $installed not in the archive, trying the current slurm-wlm"
-        (cd "$scratch" && apt-get -q source slurm-wlm >apt-source.log 2>&1) \
-            || die "apt-get source slurm-wlm failed:
-$(tail -n 20 "$scratch/apt-source.log")"
+    # The Debian 13 root the test clusters' daemons run in: debootstrap's
+    # minimal system (the marker says it completed), plus Debian's Slurm
+    # packages, installed when missing.
+    local root_packages=(slurmctld slurmd slurm-client munge)
+    ((accounting)) && root_packages+=(slurmdbd mariadb-server)
+    local marker=$root/.allot-root
+    if [[ -f $marker && -x $root/usr/bin/apt-get ]]; then
+        step "root 24.11: $root present"
+    else
+        step "root 24.11: debootstrap trixie into $root (about 30 s)"
+        # Never delete through a mount left over from an interrupted run.
+        umount_root "$root"
+        rm -rf --one-file-system "$root"
+        mkdir -p "$(dirname "$root")"
+        run_logged debootstrap --variant=minbase trixie "$root" "$main_uri"
+        echo "allot test root: Debian 13 (trixie) for Slurm $version's test clusters (scripts/install-deps.sh)" >"$marker"
     fi
-    [[ -f $scratch/slurm-wlm-$SLURM_UPSTREAM_VERSION/META ]] \
-        || die "apt-get source did not produce slurm-wlm-$SLURM_UPSTREAM_VERSION (got: $(cd "$scratch" && echo *))"
-    [[ $(meta_version "$scratch/slurm-wlm-$SLURM_UPSTREAM_VERSION/META") == "$SLURM_UPSTREAM_VERSION" ]] \
-        || die "the fetched source tree's META is not version $SLURM_UPSTREAM_VERSION"
-    rm -rf "$SRC_TREE"
-    mv "$scratch/slurm-wlm-$SLURM_UPSTREAM_VERSION" "$SRC_TREE"
-    rm -rf "$scratch"
-    trap - EXIT
-    step "source: unpacked $SRC_TREE"
+    local root_missing=() p
+    declare -A in_root=()
+    while read -r p abbrev; do
+        [[ $abbrev == ii ]] && in_root[$p]=1
+    done < <(chroot "$root" dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${root_packages[@]}" 2>/dev/null || true)
+    for p in "${root_packages[@]}"; do [[ -n ${in_root[$p]:-} ]] || root_missing+=("$p"); done
+    if [[ ${#root_missing[@]} -gt 0 ]]; then
+        step "root 24.11: installing ${root_missing[*]} into $root"
+        mount_proc "$root"
+        local rc=0
+        with_no_service_starts "$root" run_logged chroot "$root" /bin/sh -c \
+            "export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get install ${APT_OPTS[*]} ${root_missing[*]}" || rc=$?
+        umount_root "$root"
+        ((rc == 0)) || die "installing Slurm into the Debian 13 root failed"
+    fi
+    local v
+    v=$(chroot "$root" dpkg-query -W -f='${Version}' slurmctld)
+    [[ $(upstream_of "$v") == "$version" ]] || die "Debian 13's slurmctld in $root is $v, not $version"
+    step "slurm 24.11: $(chroot "$root" slurmctld -V 2>&1) ($(chroot "$root" dpkg-query -W -f='${Version}' slurmctld)) in $root"
+}
+
+mount_proc() {
+    mountpoint -q "$1/proc" || mount -t proc proc "$1/proc"
+}
+umount_root() {
+    [[ -d $1/proc ]] && mountpoint -q "$1/proc" && umount "$1/proc"
+    return 0
+}
+
+has_release 22.05 && install_22_05
+has_release 24.11 && install_24_11
+
+# --- 4. packaging tools -----------------------------------------------------------
+if ((packaging)); then
+    cargo_bin=${HOME:-/root}/.cargo/bin
+    command -v cargo >/dev/null || export PATH="$cargo_bin:$PATH"
+    if command -v cargo-deb >/dev/null && [[ $(cargo-deb --version 2>/dev/null) == *"$CARGO_DEB_VERSION"* ]]; then
+        step "cargo-deb $CARGO_DEB_VERSION present"
+    else
+        step "cargo install cargo-deb $CARGO_DEB_VERSION (a few minutes on 2 cores)"
+        run_logged cargo install --locked --version "$CARGO_DEB_VERSION" cargo-deb
+    fi
 fi
 
-# The tree that is there (old or new) must be the right version too.
-[[ $(meta_version "$SRC_TREE/META") == "$SLURM_UPSTREAM_VERSION" ]] \
-    || die "$SRC_TREE/META is not Slurm $SLURM_UPSTREAM_VERSION; remove the tree and re-run"
-
-# --- 4. build prerequisites the plugins' build checks for ---------------------------
-# bindgen finds libclang through clang-sys; Debian puts it in /usr/lib/llvm-N/lib.
-compgen -G '/usr/lib/llvm-*/lib/libclang*.so*' >/dev/null \
-    || die "libclang not found under /usr/lib/llvm-*/lib although libclang-dev is installed"
-command -v cc >/dev/null || die "no C compiler (cc) although build-essential is installed"
-step "ok: Slurm $SLURM_UPSTREAM_VERSION, munge, libclang, C compiler and source tree are ready"
+step "ok: Slurm ${want[*]}$( ((accounting)) && echo ' with slurmdbd and MariaDB'), munge, libclang, C compiler and source trees are ready"

@@ -15,7 +15,8 @@
 # FIELD: version, suite, root (empty for this host), target (cargo's target
 #        directory for that release's plugins, relative to the repository),
 #        src (the source tree slurm-sys reads), include (its libslurm-dev
-#        headers), plugindir (Debian's PluginDir, as seen inside the root).
+#        headers), plugindir (Debian's PluginDir, as seen inside the root),
+#        deb (the package's revision suffix: allot_VERSION-1~deb12_amd64.deb).
 # RELEASE may also be `all` as a command: the supported releases, one a line.
 
 ALLOT_RELEASES=(22.05 24.11)
@@ -30,18 +31,20 @@ release_field() {
         22.05:target) echo target ;;
         22.05:src) echo "${ALLOT_SLURM_SRC_ROOT:-/usr/local/src/allot}/slurm-wlm-22.05.8" ;;
         22.05:include) echo /usr/include ;;
+        22.05:deb) echo deb12 ;;
         24.11:version) echo 24.11.5 ;;
         24.11:suite) echo trixie ;;
         24.11:root) echo "${ALLOT_TRIXIE_ROOT:-/var/cache/allot/trixie-root}" ;;
         24.11:target) echo target/slurm-24.11 ;;
         24.11:src) echo "${ALLOT_SLURM_SRC_ROOT:-/usr/local/src/allot}/slurm-24.11.5" ;;
         24.11:include) echo "${ALLOT_SLURM_SRC_ROOT:-/usr/local/src/allot}/libslurm-dev-24.11.5/usr/include" ;;
+        24.11:deb) echo deb13 ;;
         22.05:plugindir | 24.11:plugindir) echo /usr/lib/x86_64-linux-gnu/slurm-wlm ;;
-        *:version | *:suite | *:root | *:target | *:src | *:include | *:plugindir)
+        *:version | *:suite | *:root | *:target | *:src | *:include | *:plugindir | *:deb)
             echo "release: Slurm release '$release' is not supported (supported: ${ALLOT_RELEASES[*]})" >&2
             return 1 ;;
         *)
-            echo "release: unknown field '$field' (version, suite, root, target, src, include, plugindir)" >&2
+            echo "release: unknown field '$field' (version, suite, root, target, src, include, plugindir, deb)" >&2
             return 2 ;;
     esac
 }
