@@ -93,7 +93,7 @@ pub fn slurm_conf_path() -> PathBuf {
 
 /// The value of `key=` in a Slurm-style file (keys case-insensitive, `#`
 /// comments), if set.
-fn conf_value(text: &str, key: &str) -> Option<String> {
+pub fn conf_value(text: &str, key: &str) -> Option<String> {
     text.lines().find_map(|line| {
         let line = line.split('#').next()?.trim();
         let (k, value) = line.split_once('=')?;

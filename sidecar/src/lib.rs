@@ -2,6 +2,7 @@
 //! the very code the command runs.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+pub mod associations;
 pub mod budget_cmd;
 pub mod history;
 pub mod identity;

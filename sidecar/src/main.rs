@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{budget_cmd, history, identity, ledger_cmd, now, report, sync, watch};
+use allot_cli::{associations, budget_cmd, history, identity, ledger_cmd, now, report, sync, watch};
 use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
@@ -54,8 +54,52 @@ enum Command {
     /// Check the ledger file, or recover from a damaged one.
     #[command(subcommand)]
     Ledger(ledger_cmd::LedgerCommand),
+    /// The Slurm accounts and user associations the budget needs with
+    /// slurmdbd (AccountingStorageEnforce=associations): prints the sacctmgr
+    /// lines, or adds the missing ones.
+    Associations {
+        /// The Slurm cluster (default: ClusterName of slurm.conf).
+        #[arg(long)]
+        cluster: Option<String>,
+        /// Run sacctmgr: add the accounts and associations that are missing
+        /// (nothing is removed; strays are listed).
+        #[arg(long)]
+        apply: bool,
+    },
     /// Replay a workload through the allot policy (and a baseline) and report.
     Simulate(simulate::SimulateArgs),
+    /// Write allot's man pages or shell completions (for packaging).
+    #[command(hide = true, subcommand)]
+    Generate(Generate),
+}
+
+#[derive(Subcommand)]
+enum Generate {
+    /// allot.1 and one page per subcommand (allot-sync.1, ...), into DIR.
+    Man { dir: PathBuf },
+    /// Completion scripts for bash, zsh and fish, into DIR.
+    Completions { dir: PathBuf },
+}
+
+/// `allot generate`: the documents are generated from the same clap
+/// definitions the command parses with, so they cannot drift from it.
+fn generate(what: Generate) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use clap::CommandFactory;
+    let mut cmd = Cli::command();
+    match what {
+        Generate::Man { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(cmd, &dir).with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+        }
+        Generate::Completions { dir } => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+                clap_complete::generate_to(shell, &mut cmd, "allot", &dir).with_context(|| format!("cannot write the {shell} completions into {}", dir.display()))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn main() -> ExitCode {
@@ -63,6 +107,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = match cli.command {
         Command::Simulate(args) => return simulate::run(args).unwrap_or_else(|e| fail(&e, None)),
+        Command::Generate(what) => return generate(what).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None)),
         other => other,
     };
     let inv = match identity::Invocation::resolve(cli.ledger.as_deref()) {
@@ -85,8 +130,9 @@ fn main() -> ExitCode {
         Command::Watch { file } => watch_file(&inv, &file),
         Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
         Command::Why { job } => report::why(&ledger, job),
+        Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),
-        Command::Simulate(_) => unreachable!("handled above"),
+        Command::Simulate(_) | Command::Generate(_) => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -147,6 +193,20 @@ fn run_sync(inv: &identity::Invocation, file: &Path, check: bool) -> anyhow::Res
     let outcome = sync::sync_text_from(ledger, &text, &source, &recorded.display().to_string(), actor, now())?;
     sync::report(&outcome, ledger);
     Ok(())
+}
+
+fn run_associations(inv: &identity::Invocation, cluster: Option<&str>, apply: bool) -> anyhow::Result<()> {
+    let l = allot_ledger::Ledger::open_read_only(&inv.ledger)?;
+    let v = l.current_budget()?.ok_or_else(|| anyhow::anyhow!("no budget has been synced into {} yet", inv.ledger.display()))?;
+    let tree = v.tree().map_err(|e| anyhow::anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    let plan = associations::plan(&tree, &associations::cluster_name(cluster)?);
+    if apply {
+        inv.require_admin("change Slurm's associations")?;
+        associations::apply(&plan)
+    } else {
+        print!("{}", associations::render(&plan, v.version));
+        Ok(())
+    }
 }
 
 fn watch_file(inv: &identity::Invocation, file: &Path) -> anyhow::Result<()> {
