@@ -3,12 +3,17 @@
 //! own, started by `scripts/cluster.sh` and stopped when the value drops. If
 //! the test failed, the daemons' logs are printed first.
 //!
+//! The Slurm release is `ALLOT_SLURM_RELEASE` (22.05 by default, or 24.11;
+//! [`Release`]). 24.11's daemons and commands run chrooted into the Debian 13
+//! root scripts/install-deps.sh makes, so a cluster's directory lies inside
+//! it and every Slurm command here goes through [`TestCluster::slurm`].
+//!
 //! Tests run one cluster at a time (they share the machine's two cores and
 //! their timings matter): [`TestCluster::start`] takes a process-wide lock.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use allot_ledger::Ledger;
@@ -20,9 +25,67 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("the repository root")
 }
 
-/// Where cargo put the release build (plugins and the `allot` command).
+/// Where cargo put the release build of the `allot` command (built once,
+/// for every Slurm release: it does not link Slurm).
 pub fn target_release() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target")).join("release")
+}
+
+/// The Slurm release the tests run against, from `ALLOT_SLURM_RELEASE` and
+/// scripts/release.sh (the one table of releases the scripts share).
+#[derive(Debug, Clone)]
+pub struct Release {
+    /// `22.05`, `24.11`.
+    pub name: String,
+    /// `22.05.8`, `24.11.5`.
+    pub version: String,
+    /// The root its Slurm is installed in (None: this host's own).
+    pub root: Option<PathBuf>,
+    /// Where that release's plugins were built (cargo's `release` directory).
+    pub plugins: PathBuf,
+}
+
+impl Release {
+    /// The release under test (read once).
+    pub fn current() -> &'static Release {
+        static CURRENT: OnceLock<Release> = OnceLock::new();
+        CURRENT.get_or_init(|| {
+            let name = std::env::var("ALLOT_SLURM_RELEASE").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "22.05".into());
+            let field = |f: &str| {
+                let out = Command::new(repo().join("scripts/release.sh")).args([&name, f]).output().expect("scripts/release.sh runs");
+                assert!(out.status.success(), "ALLOT_SLURM_RELEASE={name}: {}", text(&out));
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            };
+            let root = Some(field("root")).filter(|r| !r.is_empty()).map(PathBuf::from);
+            let plugins = std::env::var_os("ALLOT_PLUGINS_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join(field("target"))).join("release");
+            Release { version: field("version"), root, plugins, name }
+        })
+    }
+
+    /// `path` (on this host) as the release's daemons and commands see it.
+    pub fn inner(&self, path: &Path) -> PathBuf {
+        match &self.root {
+            Some(root) => Path::new("/").join(path.strip_prefix(root).unwrap_or_else(|_| panic!("{} is outside {}", path.display(), root.display()))),
+            None => path.to_owned(),
+        }
+    }
+
+    /// A command of this release's Slurm installation: chrooted into its
+    /// root (starting in `cwd`, as the daemons see it), or run here.
+    pub fn command(&self, program: &str, cwd: &Path) -> Command {
+        match &self.root {
+            Some(root) => {
+                let mut c = Command::new("chroot");
+                c.arg(root).arg("env").arg(format!("--chdir={}", self.inner(cwd).display())).arg(program);
+                c
+            }
+            None => {
+                let mut c = Command::new(program);
+                c.current_dir(cwd);
+                c
+            }
+        }
+    }
 }
 
 /// Test users, created once if missing (the tests run as root, as CI does).
@@ -50,11 +113,15 @@ pub struct Options {
     /// Nodes kept for small jobs (scripts/cluster.sh ALLOT_SMALL_JOB_NODES):
     /// partition `small` of all four, `gpu` without the last this many.
     pub small_job_nodes: u32,
+    /// Slurm's accounting too: slurmdbd and MariaDB, associations enforced
+    /// (scripts/cluster.sh ALLOT_ACCOUNTING). No account or user is added:
+    /// see [`TestCluster::allot_in_release`] and `allot associations`.
+    pub accounting: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0 }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false }
     }
 }
 
@@ -127,15 +194,21 @@ impl TestCluster {
     pub fn start(name: &str, budget: &str, options: Options) -> TestCluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         assert!(nix::unistd::Uid::current().is_root(), "cluster tests need root (they run slurmd and submit as test users); CI runs them as root");
-        for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "libjobcomp_allot.so", "allot"] {
-            assert!(target_release().join(f).exists(), "{} is missing: run `cargo build --release --workspace` first (the README's test command does)", f);
+        let release = Release::current();
+        for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "libjobcomp_allot.so"] {
+            assert!(release.plugins.join(f).exists(), "{} is missing: build the plugins for Slurm {} first (the README's test command does)", release.plugins.join(f).display(), release.version);
         }
+        assert!(target_release().join("allot").exists(), "the allot command is missing: run `cargo build --release --workspace` first (the README's test command does)");
         ensure_users();
         // A port base per test name, so a leftover cluster cannot collide.
         let port_base = 20000 + (name.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 400) as u16 * 10;
-        let dir = std::env::temp_dir().join(format!("allot-test-{name}"));
+        // Inside the release's root when it has one (the daemons run there).
+        let dir = match &release.root {
+            Some(root) => root.join("tmp").join(format!("allot-test-{name}")),
+            None => std::env::temp_dir().join(format!("allot-test-{name}")),
+        };
         if dir.join("run").exists() {
-            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).output();
+            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).env("ALLOT_SLURM_RELEASE", &release.name).output();
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -151,14 +224,23 @@ impl TestCluster {
             .env("ALLOT_GRACE_TIME", options.grace.to_string())
             .env("ALLOT_RUN_LOG", if options.run_log { "1" } else { "0" })
             .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
+            .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
+            .env("ALLOT_SLURM_RELEASE", &release.name)
+            .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))
             .output()
             .expect("scripts/cluster.sh runs");
         assert!(up.status.success(), "cluster up failed:\n{}", text(&up));
         cluster
     }
 
+    /// slurm.conf, as Slurm's commands see it (`SLURM_CONF`).
     pub fn slurm_conf(&self) -> PathBuf {
-        self.dir.join("etc/slurm.conf")
+        Release::current().inner(&self.dir.join("etc/slurm.conf"))
+    }
+    /// A path of this cluster's directory as the daemons see it (inside
+    /// the release's root), for arguments and files handed to Slurm.
+    pub fn inner(&self, path: &Path) -> PathBuf {
+        Release::current().inner(path)
     }
     pub fn ledger_path(&self) -> PathBuf {
         self.dir.join("ledger.db")
@@ -172,28 +254,52 @@ impl TestCluster {
 
     /// A Slurm command whose arguments may be any bytes (not only UTF-8).
     pub fn slurm_os(&self, user: Option<&str>, program: &str, args: &[std::ffi::OsString]) -> Output {
+        self.slurm_command(user, program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"))
+    }
+
+    /// A Slurm command of the release under test, as `user` (None: root),
+    /// in the job directory, with this cluster's SLURM_CONF.
+    pub fn slurm_command(&self, user: Option<&str>, program: &str) -> Command {
+        let release = Release::current();
         let mut cmd = match user {
             Some(u) => {
-                let mut c = Command::new("runuser");
+                let mut c = release.command("runuser", &self.job_dir());
                 c.args(["-u", u, "--", program]);
                 c
             }
-            None => Command::new(program),
+            None => release.command(program, &self.job_dir()),
         };
-        cmd.args(args).env("SLURM_CONF", self.slurm_conf()).current_dir(self.job_dir());
-        cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
+        cmd.env("SLURM_CONF", self.slurm_conf());
+        cmd
     }
 
     /// Every job slurmctld knows, times in Unix seconds (SLURM_TIME_FORMAT=%s)
     /// so that they compare exactly with the ledger's.
     pub fn jobs_epoch(&self) -> Vec<JobInfo> {
-        let out = Command::new("scontrol")
-            .args(["show", "job", "-o"])
-            .env("SLURM_CONF", self.slurm_conf())
-            .env("SLURM_TIME_FORMAT", "%s")
-            .output()
-            .expect("scontrol runs");
+        let out = self.slurm_command(None, "scontrol").args(["show", "job", "-o"]).env("SLURM_TIME_FORMAT", "%s").output().expect("scontrol runs");
         parse_jobs(&String::from_utf8_lossy(&out.stdout))
+    }
+
+    /// `allot --ledger <this cluster's> ARGS` as root inside the release's
+    /// installation (its root, where its own sacctmgr is), with the
+    /// cluster's SLURM_CONF: for the commands that run Slurm's.
+    pub fn allot_in_release(&self, args: &[&str]) -> Output {
+        let bin = self.dir.join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        // The command links no Slurm: the same binary runs in every release's root.
+        std::fs::copy(target_release().join("allot"), bin.join("allot")).expect("copy the allot command into the cluster");
+        let program = self.inner(&bin.join("allot"));
+        let ledger = self.inner(&self.ledger_path());
+        self.slurm_command(None, program.to_str().unwrap()).arg("--ledger").arg(ledger).args(args).output().expect("allot runs")
+    }
+
+    /// A shell script run by `sh` as root inside the release's installation
+    /// (SLURM_CONF set): e.g. what `allot associations` prints.
+    pub fn run_script(&self, script: &str) -> Output {
+        use std::io::Write;
+        let mut child = self.slurm_command(None, "sh").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("sh runs");
+        child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
+        child.wait_with_output().unwrap()
     }
 
     /// `allot --ledger <this cluster's> ARGS` (as root).
@@ -272,6 +378,7 @@ impl TestCluster {
     pub fn restart_slurmctld(&self) {
         let out = Command::new(repo().join("scripts/cluster.sh"))
             .args(["restart-ctld", self.dir.to_str().unwrap()])
+            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
             .output()
             .unwrap();
         assert!(out.status.success(), "restart-ctld: {}", text(&out));
@@ -281,19 +388,27 @@ impl TestCluster {
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let logs = Command::new(repo().join("scripts/cluster.sh")).args(["logs", self.dir.to_str().unwrap(), "80"]).output();
+            let logs = Command::new(repo().join("scripts/cluster.sh")).args(["logs", self.dir.to_str().unwrap(), "80"]).env("ALLOT_SLURM_RELEASE", &Release::current().name).output();
             if let Ok(logs) = logs {
                 eprintln!("==== daemon logs of test cluster {} ====\n{}", self.name, text(&logs));
             }
         }
         let down = Command::new(repo().join("scripts/cluster.sh"))
             .args(["down", self.dir.to_str().unwrap()])
+            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
             .output();
         // A daemon that crashed left a core file in DIR/run (scripts/cluster.sh
         // runs them there): the plugins must never crash slurmctld.
         let cores: Vec<String> = std::fs::read_dir(self.dir.join("run"))
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("core")).collect())
             .unwrap_or_default();
+        // Nothing of this cluster may be left running: every daemon's command
+        // line names its directory (as the daemons see it).
+        let inner = self.inner(&self.dir);
+        let left = Command::new("pgrep").arg("-af").arg(format!("{}/(etc|munge|db|run)/", inner.display())).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        if !left.trim().is_empty() && !std::thread::panicking() {
+            panic!("daemons of test cluster {} were left running after `cluster.sh down`:\n{left}", self.name);
+        }
         match down {
             Ok(out) if out.status.success() => {
                 if !cores.is_empty() {

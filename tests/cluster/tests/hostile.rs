@@ -30,9 +30,12 @@ fn gpus_of(job: &JobInfo) -> i64 {
 
 /// Wakes the priority plugin's thread now (`priority_p_reconfig`), so a test
 /// need not wait out the shipped 30-second period for the ledger write.
+/// Changing the debug flags (here: clearing one that is not set) calls it
+/// on every release, without more: `scontrol reconfigure` does too on
+/// 22.05, but on 24.11 it restarts slurmctld instead.
 fn wake_recompute(c: &TestCluster) {
-    let out = c.scontrol(&["reconfigure"]);
-    assert!(out.status.success(), "scontrol reconfigure: {}", text(&out));
+    let out = c.scontrol(&["setdebugflags", "-Priority"]);
+    assert!(out.status.success(), "scontrol setdebugflags: {}", text(&out));
 }
 
 /// The runs of `jobs` in the ledger (oldest first), once every one of them
@@ -179,7 +182,7 @@ fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
     let c = TestCluster::start("graceend", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 20, ..Options::default() });
     let script = c.job_dir().join("stubborn.sh");
     std::fs::write(&script, STUBBORN).unwrap();
-    let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", script.to_str().unwrap()]).unwrap();
+    let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", c.inner(&script).to_str().unwrap()]).unwrap();
     c.wait_state(free, "RUNNING", secs(30));
     let preemptor = c.sbatch("bob", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
     c.wait_for("the free job is being preempted", secs(60), || {
