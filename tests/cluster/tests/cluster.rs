@@ -1,4 +1,4 @@
-//! allot inside a real Slurm 22.05.8: munged, slurmctld and four slurmd with
+//! allot inside a real Slurm (each supported release: ALLOT_SLURM_RELEASE): munged, slurmctld and four slurmd with
 //! eight fake GPUs each, the four plugins loaded, real sbatch jobs. Each
 //! test asserts on what sbatch/scontrol say or on the ledger.
 //!

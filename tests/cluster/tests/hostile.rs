@@ -1,5 +1,5 @@
 //! Nothing is free: a researcher who wants GPUs without paying, and an admin
-//! whose ledger just failed, against a real Slurm 22.05.8 with allot's four
+//! whose ledger just failed, against a real Slurm (each supported release) with allot's four
 //! plugins. One test per trick; each asserts the charge or the refusal.
 //!
 //! Needs root and the packages of `scripts/install-deps.sh`, and the release
