@@ -58,9 +58,14 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ ${#releases[@]} -gt 0 ]] || releases=("$ALLOT_DEFAULT_RELEASE")
-want=()
+asked=()
 for r in "${releases[@]}"; do
-    if [[ $r == all ]]; then want+=("${ALLOT_RELEASES[@]}"); else release_check "$r"; want+=("$r"); fi
+    if [[ $r == all ]]; then asked+=("${ALLOT_RELEASES[@]}"); else release_check "$r"; asked+=("$r"); fi
+done
+# Each once, in the table's order.
+want=()
+for r in "${ALLOT_RELEASES[@]}"; do
+    for a in "${asked[@]}"; do [[ $a == "$r" ]] && { want+=("$r"); break; }; done
 done
 has_release() { local r; for r in "${want[@]}"; do [[ $r == "$1" ]] && return 0; done; return 1; }
 

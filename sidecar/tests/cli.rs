@@ -582,3 +582,28 @@ fn sync_creates_the_ledger_with_sane_modes() {
         assert_eq!(mode(&wal), 0o644);
     }
 }
+
+#[test]
+fn associations_are_printed_for_anyone_and_applied_by_admins_only() {
+    let s = Scratch::new();
+    let out = s.run(&["sync", EXAMPLE]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = s.run(&["associations", "--cluster", "lab"]);
+    let printed = text(&out);
+    assert!(out.status.success(), "{printed}");
+    assert!(printed.contains("sacctmgr -i add account tracking Cluster=lab 'Description=allot budget vision/detection/tracking' Organization=vision\n"), "{printed}");
+    assert!(printed.lines().any(|l| l.starts_with("sacctmgr -i add user ") && l.contains("tomas") && l.contains("Account=tracking")), "{printed}");
+    // The cluster comes from slurm.conf when not given; a missing one is said.
+    let out = s.run(&["associations"]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("cannot read /nonexistent for its ClusterName (or give --cluster)"), "{}", text(&out));
+    let conf = s.file("slurm.conf", "ClusterName=Lab2\n");
+    let out = s.allot().env("SLURM_CONF", &conf).arg("associations").output().unwrap();
+    assert!(text(&out).contains("Cluster=lab2 "), "{}", text(&out));
+    // Applying them changes Slurm: admins only.
+    if namespaces_work() {
+        let out = sudo_configured(&s, "tomas", &["associations", "--cluster", "lab", "--apply"]);
+        assert!(!out.status.success(), "a manager applied associations: {}", text(&out));
+        assert!(text(&out).contains("tomas may not change Slurm's associations: only an admin"), "{}", text(&out));
+    }
+}

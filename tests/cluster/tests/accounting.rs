@@ -62,6 +62,9 @@ fn a1_the_budget_gives_slurmdbd_its_accounts_and_associations() {
     let alice = c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", "--hold", &sleep_job(1)]).unwrap();
     let dave = c.sbatch("dave", &["--gres=gpu:1", "--comment=min_runtime=5s", "--hold", &sleep_job(1)]).unwrap();
     assert_eq!((c.job(alice).get("Account"), c.job(dave).get("Account")), ("teama", "teama"));
+    // An odd spelling is the budget's account before Slurm looks for the association.
+    let spelled = c.sbatch("alice", &["--account= TeamA ", "--gres=gpu:1", "--comment=min_runtime=5s", "--hold", &sleep_job(1)]).unwrap();
+    assert_eq!(c.job(spelled).get("Account"), "teama");
     // A user of no budget has no association and no default leaf.
     let e = c.sbatch("erin", &["--gres=gpu:1", &sleep_job(1)]).unwrap_err();
     assert!(e.contains("user 'erin' has no default budget"), "{e}");

@@ -34,10 +34,12 @@ fn in_release(release: &Release, program: &str, args: &[&str]) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
-/// Installs the package for the test's duration; purges it when dropped,
-/// so that no later cluster finds its plugins in Slurm's PluginDir.
+/// Installs the package for the test's duration; purges it when dropped
+/// (if the test did not), so that no later cluster finds its plugins in
+/// Slurm's PluginDir.
 struct Installed<'a> {
     release: &'a Release,
+    purged: bool,
 }
 
 impl<'a> Installed<'a> {
@@ -62,13 +64,21 @@ impl<'a> Installed<'a> {
         };
         let out = in_release(release, "apt-get", &["install", "-y", "-q", "--no-install-recommends", at.to_str().unwrap()]);
         assert!(out.status.success(), "apt-get install {}: {}", at.display(), text(&out));
-        Installed { release }
+        Installed { release, purged: false }
+    }
+
+    fn purge(&mut self) -> Output {
+        self.purged = true;
+        in_release(self.release, "apt-get", &["purge", "-y", "-q", "allot"])
     }
 }
 
 impl Drop for Installed<'_> {
     fn drop(&mut self) {
-        let out = in_release(self.release, "apt-get", &["purge", "-y", "-q", "allot"]);
+        if self.purged {
+            return;
+        }
+        let out = self.purge();
         if !out.status.success() {
             eprintln!("apt-get purge allot: {}", text(&out));
         }
@@ -85,7 +95,7 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
     let release = Release::current();
     let deb = package(release);
     let size = std::fs::metadata(&deb).unwrap().len();
-    let _installed = Installed::new(release, &deb);
+    let mut package = Installed::new(release, &deb);
 
     // What it holds, where Debian's Slurm looks for it.
     let plugin_dir = "/usr/lib/x86_64-linux-gnu/slurm-wlm";
@@ -165,4 +175,12 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
         assert_eq!(row[3], "0.00", "{leaf} was charged for squatting: {row:?}");
         assert!(row[5].parse::<f64>().unwrap() > 0.0, "{leaf}'s unallocated time is not recorded: {row:?}");
     }
+
+    // Purged: the plugins, the command and /etc/allot go; the ledger's
+    // directory (the budget history, every charged run) stays.
+    let out = package.purge();
+    assert!(out.status.success(), "apt-get purge allot: {}", text(&out));
+    assert!(!installed(release, &format!("{plugin_dir}/priority_allot.so")).exists() && !installed(release, "/usr/bin/allot").exists(), "purge left allot behind");
+    assert!(!installed(release, "/etc/allot/budgets.toml").exists(), "purge left /etc/allot");
+    assert!(installed(release, "/var/lib/allot").is_dir(), "purge removed the ledger's directory");
 }
