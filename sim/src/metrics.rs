@@ -51,11 +51,25 @@ pub struct TeamStats {
     pub accounts: Vec<String>,
     pub effective_share: f64,
     pub jobs: usize,
+    /// Jobs of the team the policy refused (too large; baseline: over the
+    /// team's limit), and the GPU-hours they asked for.
+    pub jobs_refused: usize,
+    pub refused_gpu_hours: f64,
     pub demand_gpu_hours: f64,
     pub owed_gpu_hours: f64,
+    /// Owed over the submission span as if every job of the team had
+    /// started at its submission: the same for every policy (see the
+    /// README's definitions).
+    pub owed_at_submission_gpu_hours: f64,
     pub delivered_gpu_hours: f64,
+    /// Delivered over the submission span (the drain after the last
+    /// submission left out).
+    pub delivered_in_span_gpu_hours: f64,
     /// `null` when nothing was owed.
     pub delivered_over_owed: Option<f64>,
+    /// Delivered in the span over owed at submission; `null` when nothing
+    /// was owed at submission.
+    pub delivered_over_owed_at_submission: Option<f64>,
     /// Charged to the leaf (allot's allocated runs; 0 under baseline).
     pub charged_gpu_hours: f64,
     pub wait_p50_s: i64,
@@ -78,10 +92,20 @@ pub struct Report {
     pub jobs_unfinished: usize,
     /// Why jobs did not complete: reason -> count.
     pub not_completed: BTreeMap<String, usize>,
+    /// GPU-hours the jobs asked for (held GPUs x runtime, every job).
+    pub submitted_gpu_hours: f64,
+    /// Of those, the work never done, by the reason its job did not
+    /// complete: all of a refused or cancelled job's, the rest of an
+    /// unfinished one's.
+    pub not_completed_gpu_hours: BTreeMap<String, f64>,
+    /// Their sum, over `submitted_gpu_hours`.
+    pub work_not_done_fraction: f64,
     pub wait_p50_s: i64,
     pub wait_p90_s: i64,
     pub wait_p99_s: i64,
     pub by_kind: BTreeMap<String, WaitStats>,
+    /// The same by the GPUs a job asked for: `1`, `2-8`, `9-32`, `33+`.
+    pub by_size: BTreeMap<String, WaitStats>,
     pub preemptions: usize,
     pub gpu_hours_lost_to_preemption: f64,
     /// Preemptions whose victim ran unallocated (`min_runtime=0`).
@@ -110,8 +134,15 @@ pub struct Report {
     pub gpu_hours_claimed_in_grace: f64,
     pub contracts_clamped_to_cap: u32,
     pub teams: Vec<TeamStats>,
-    /// Share of teams owed anything that got at least 95% of it.
+    /// Of the teams that submitted jobs, the share delivered at least 95%
+    /// of what they were owed (a team owed nothing, all its jobs refused,
+    /// is not).
     pub teams_at_95pct_of_owed: f64,
+    /// The same against owed at submission.
+    pub teams_at_95pct_of_owed_at_submission: f64,
+    /// What an admin should not miss: much work never done, teams with
+    /// every job refused.
+    pub warnings: Vec<String>,
     pub events: u64,
     pub scheduling_passes: u64,
     /// Wall-clock time of the simulation itself; `null` with `--no-timing`.
@@ -139,6 +170,38 @@ fn wait_stats(mut waits: Vec<i64>, completed: usize, preemptions: usize, lost_gp
         preemptions,
         gpu_hours_lost_to_preemption: round3(lost_gpu_seconds as f64 / HOUR as f64),
     }
+}
+
+/// The size class of a job asking for `gpus` GPUs, as `by_size` names it.
+pub fn size_class(gpus: u32) -> &'static str {
+    match gpus {
+        0..=1 => "1",
+        2..=8 => "2-8",
+        9..=32 => "9-32",
+        _ => "33+",
+    }
+}
+
+/// The size classes in order, for tables.
+pub const SIZE_CLASSES: [&str; 4] = ["1", "2-8", "9-32", "33+"];
+
+/// Per leaf, (time, change of GPUs) if every job of the leaf had started at
+/// its submission and run its runtime on the GPUs it holds: the demand
+/// that owed at submission shares the cluster by. Jobs of the leaf the
+/// policy refused count too (they asked); jobs of no leaf do not.
+pub fn demand_at_submission(workload: &Workload, tree: &BudgetTree, outcome: &Outcome) -> Vec<Vec<(i64, i64)>> {
+    let leaf_of_team: Vec<Option<u32>> = workload.teams.iter().map(|t| tree.leaf_of_account(t)).collect();
+    let mut logs: Vec<Vec<(i64, i64)>> = vec![Vec::new(); tree.leaves.len()];
+    for (i, job) in workload.jobs.iter().enumerate() {
+        let Some(leaf) = outcome.prepared.leaf[i].or(leaf_of_team[job.team as usize]) else { continue };
+        let held = outcome.prepared.held[i] as i64;
+        logs[leaf as usize].push((job.submit, held));
+        logs[leaf as usize].push((job.submit + job.runtime, -held));
+    }
+    for log in &mut logs {
+        log.sort_unstable();
+    }
+    logs
 }
 
 /// GPU-seconds per hour bucket of a step function given as (time, change)
@@ -257,32 +320,54 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut leaf_kind: Vec<BTreeMap<u32, (Vec<i64>, usize)>> = vec![BTreeMap::new(); leaves];
     let mut jobs_per_leaf = vec![0usize; leaves];
     let mut not_completed: BTreeMap<String, usize> = BTreeMap::new();
+    let mut not_done: BTreeMap<String, i64> = BTreeMap::new();
     let (mut cancelled, mut refused, mut unfinished) = (0, 0, 0);
+    // Work done per job (its runs' time, less what they lost).
+    let mut done_work = vec![0i64; workload.jobs.len()];
+    for r in &outcome.runs {
+        done_work[r.job as usize] += r.end - r.start - r.lost;
+    }
+    let leaf_of_team: Vec<Option<u32>> = workload.teams.iter().map(|t| tree.leaf_of_account(t)).collect();
+    let mut refused_per_leaf = vec![(0usize, 0i64); leaves];
+    let mut submitted: i64 = 0;
+    let mut by_size: BTreeMap<&'static str, (Vec<i64>, usize)> = BTreeMap::new();
     for (i, (job, out)) in workload.jobs.iter().zip(&outcome.jobs).enumerate() {
-        match &out.fate {
-            Fate::Completed => {}
+        let held = outcome.prepared.held[i] as i64;
+        submitted += held * job.runtime;
+        let (reason, undone) = match &out.fate {
+            Fate::Completed => (None, 0),
             Fate::Cancelled(r) => {
                 cancelled += 1;
-                *not_completed.entry(format!("cancelled: {r}")).or_default() += 1;
+                (Some(format!("cancelled: {r}")), job.runtime)
             }
             Fate::Refused(r) => {
                 refused += 1;
-                *not_completed.entry(format!("refused: {r}")).or_default() += 1;
-                continue;
+                if let Some(leaf) = outcome.prepared.leaf[i].or(leaf_of_team[job.team as usize]) {
+                    refused_per_leaf[leaf as usize].0 += 1;
+                    refused_per_leaf[leaf as usize].1 += held * job.runtime;
+                }
+                (Some(format!("refused: {r}")), job.runtime)
             }
             Fate::Unfinished(r) => {
                 unfinished += 1;
-                *not_completed.entry(format!("unfinished: {r}")).or_default() += 1;
+                (Some(format!("unfinished: {r}")), (job.runtime - done_work[i]).max(0))
             }
+        };
+        if let Some(reason) = reason {
+            *not_done.entry(reason.clone()).or_default() += held * undone;
+            *not_completed.entry(reason).or_default() += 1;
         }
-        if job.submit > outcome.end {
-            continue; // never submitted within the simulated time
+        if matches!(out.fate, Fate::Refused(_)) || job.submit > outcome.end {
+            continue; // never queued, or never submitted within the simulated time
         }
         let wait = out.first_start.unwrap_or(outcome.end) - job.submit;
         let done = matches!(out.fate, Fate::Completed);
         waits_all.push(wait);
         completed_all += usize::from(done);
         let k = by_kind.entry(job.kind).or_default();
+        k.0.push(wait);
+        k.1 += usize::from(done);
+        let k = by_size.entry(size_class(job.gpus)).or_default();
         k.0.push(wait);
         k.1 += usize::from(done);
         if let Some(leaf) = outcome.prepared.leaf[i] {
@@ -295,6 +380,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     }
     // Preemptions and lost work per kind, from the runs.
     let mut kind_loss: BTreeMap<u32, (usize, i64)> = BTreeMap::new();
+    let mut size_loss: BTreeMap<&'static str, (usize, i64)> = BTreeMap::new();
     let mut leaf_kind_loss: Vec<BTreeMap<u32, (usize, i64)>> = vec![BTreeMap::new(); leaves];
     let (mut of_unallocated, mut within_team, mut by_small) = (0, 0, 0);
     let rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
@@ -302,6 +388,9 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         let kind = workload.jobs[r.job as usize].kind;
         let preempted = matches!(r.ended, RunEnd::Preempted { .. });
         let e = kind_loss.entry(kind).or_default();
+        e.0 += usize::from(preempted);
+        e.1 += r.gpus as i64 * r.lost;
+        let e = size_loss.entry(size_class(workload.jobs[r.job as usize].gpus)).or_default();
         e.0 += usize::from(preempted);
         e.1 += r.gpus as i64 * r.lost;
         let victim_leaf = outcome.prepared.leaf[r.job as usize];
@@ -352,17 +441,31 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let given: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let owed: Vec<f64> = owed_by_hour(tree, &demand, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
+    // Owed at submission, and what was delivered, over the submission span
+    // only: a policy that serves a team weeks after the last submission is
+    // not credited with it against this owed.
+    let at_submission: Vec<Vec<f64>> = demand_at_submission(workload, tree, outcome).iter().map(|log| hourly(log, span_from, span_to)).collect();
+    let owed_at_submission: Vec<f64> = owed_by_hour(tree, &at_submission, capacity, span_from, span_to).iter().map(|hours| hours.iter().sum()).collect();
+    let delivered_in_span: Vec<f64> = outcome.delivered_log.iter().map(|log| hourly(log, span_from, span_to).iter().sum()).collect();
     let mut teams = Vec::with_capacity(leaves);
-    let mut at_95 = 0usize;
-    let mut owed_teams = 0usize;
+    let (mut at_95, mut at_95_submission, mut submitting_teams) = (0usize, 0usize, 0usize);
+    let mut warnings = Vec::new();
     for l in 0..leaves {
         let node = tree.leaf_node(l as u32);
         let delivered_h = given[l].iter().sum::<f64>() / HOUR as f64;
         let owed_h = owed[l] / HOUR as f64;
+        let owed_sub_h = owed_at_submission[l] / HOUR as f64;
         let ratio = (owed_h > 1e-9).then(|| delivered_h / owed_h);
-        if let Some(r) = ratio {
-            owed_teams += 1;
-            at_95 += usize::from(r >= 0.95 - 1e-9);
+        let delivered_span_h = delivered_in_span[l] / HOUR as f64;
+        let ratio_sub = (owed_sub_h > 1e-9).then(|| delivered_span_h / owed_sub_h);
+        let (refused_jobs, refused_work) = refused_per_leaf[l];
+        if jobs_per_leaf[l] + refused_jobs > 0 {
+            submitting_teams += 1;
+            at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
+            at_95_submission += usize::from(ratio_sub.is_some_and(|r| r >= 0.95 - 1e-9));
+        }
+        if refused_jobs > 0 && jobs_per_leaf[l] == 0 {
+            warnings.push(format!("every job of {} was refused ({refused_jobs}, {:.0} GPU-hours): it is owed nothing and delivered nothing", node.path, refused_work as f64 / HOUR as f64));
         }
         let mut w = std::mem::take(&mut by_leaf[l]);
         w.sort_unstable();
@@ -371,10 +474,15 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             accounts: node.accounts.clone(),
             effective_share: round6(node.effective_share),
             jobs: jobs_per_leaf[l],
+            jobs_refused: refused_jobs,
+            refused_gpu_hours: round3(refused_work as f64 / HOUR as f64),
             demand_gpu_hours: round3(demand[l].iter().sum::<f64>() / HOUR as f64),
             owed_gpu_hours: round3(owed_h),
+            owed_at_submission_gpu_hours: round3(owed_sub_h),
             delivered_gpu_hours: round3(delivered_h),
+            delivered_in_span_gpu_hours: round3(delivered_span_h),
             delivered_over_owed: ratio.map(round6),
+            delivered_over_owed_at_submission: ratio_sub.map(round6),
             charged_gpu_hours: round3(outcome.charged.get(l).copied().unwrap_or(0) as f64 / HOUR as f64),
             wait_p50_s: percentile(&w, 50.0),
             wait_p90_s: percentile(&w, 90.0),
@@ -388,6 +496,28 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         });
     }
 
+    let not_done_total: i64 = not_done.values().sum();
+    let not_done_fraction = if submitted > 0 { not_done_total as f64 / submitted as f64 } else { 0.0 };
+    // One warning per way of not completing (refused, cancelled,
+    // unfinished) that left 1% or more of the work undone.
+    let mut by_way: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
+    for (reason, &gs) in &not_done {
+        let way = reason.split(':').next().unwrap_or(reason);
+        let e = by_way.entry(way).or_default();
+        e.0 += not_completed.get(reason).copied().unwrap_or(0);
+        e.1 += gs;
+    }
+    for (way, (jobs, gs)) in by_way {
+        let share = if submitted > 0 { gs as f64 / submitted as f64 } else { 0.0 };
+        if share >= 0.01 {
+            warnings.push(format!(
+                "{:.1}% of the submitted work ({:.0} of {:.0} GPU-hours) was never done: {jobs} job(s) {way} (see the jobs that did not complete)",
+                100.0 * share,
+                gs as f64 / HOUR as f64,
+                submitted as f64 / HOUR as f64,
+            ));
+        }
+    }
     let simulated_days = (outcome.end - outcome.start) as f64 / 86_400.0;
     Report {
         policy: outcome.policy,
@@ -400,6 +530,9 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         jobs_refused: refused,
         jobs_unfinished: unfinished,
         not_completed,
+        submitted_gpu_hours: round3(submitted as f64 / HOUR as f64),
+        not_completed_gpu_hours: not_done.into_iter().map(|(k, v)| (k, round3(v as f64 / HOUR as f64))).collect(),
+        work_not_done_fraction: round6(not_done_fraction),
         wait_p50_s: overall.wait_p50_s,
         wait_p90_s: overall.wait_p90_s,
         wait_p99_s: overall.wait_p99_s,
@@ -408,6 +541,13 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             .map(|(k, (w, c))| {
                 let (p, lost) = kind_loss.get(&k).copied().unwrap_or_default();
                 (workload.kinds[k as usize].clone(), wait_stats(w, c, p, lost))
+            })
+            .collect(),
+        by_size: by_size
+            .into_iter()
+            .map(|(k, (w, c))| {
+                let (p, lost) = size_loss.get(k).copied().unwrap_or_default();
+                (k.to_owned(), wait_stats(w, c, p, lost))
             })
             .collect(),
         preemptions,
@@ -425,7 +565,9 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         gpu_hours_claimed_in_grace: round3(outcome.claimed_idle as f64 / HOUR as f64),
         contracts_clamped_to_cap: outcome.prepared.clamped_to_cap,
         teams,
-        teams_at_95pct_of_owed: round6(if owed_teams > 0 { at_95 as f64 / owed_teams as f64 } else { 1.0 }),
+        teams_at_95pct_of_owed: round6(if submitting_teams > 0 { at_95 as f64 / submitting_teams as f64 } else { 1.0 }),
+        teams_at_95pct_of_owed_at_submission: round6(if submitting_teams > 0 { at_95_submission as f64 / submitting_teams as f64 } else { 1.0 }),
+        warnings,
         events: outcome.events,
         scheduling_passes: outcome.passes,
         sim_seconds: sim_seconds.map(round6),
@@ -505,6 +647,7 @@ pub fn table(reports: &[Report]) -> String {
     row("jobs_cancelled", &|r| r.jobs_cancelled.to_string());
     row("jobs_refused", &|r| r.jobs_refused.to_string());
     row("jobs_unfinished", &|r| r.jobs_unfinished.to_string());
+    row("work not done (GPU-h)", &|r| format!("{:.0} of {:.0} ({:.1}%)", r.not_completed_gpu_hours.values().sum::<f64>(), r.submitted_gpu_hours, 100.0 * r.work_not_done_fraction));
     row("wait_p50", &|r| human(r.wait_p50_s));
     row("wait_p90", &|r| human(r.wait_p90_s));
     row("wait_p99", &|r| human(r.wait_p99_s));
@@ -529,6 +672,20 @@ pub fn table(reports: &[Report]) -> String {
             reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({:.0})", w.preemptions, w.gpu_hours_lost_to_preemption))).collect(),
         ));
     }
+    for class in SIZE_CLASSES {
+        let get = |r: &Report, f: fn(&WaitStats) -> i64| r.by_size.get(class).map_or("-".to_owned(), |w| human(f(w)));
+        if reports.iter().all(|r| !r.by_size.contains_key(class)) {
+            continue;
+        }
+        rows.push((
+            format!("{class} GPU(s) wait p50/p90/p99"),
+            reports.iter().map(|r| format!("{} / {} / {}", get(r, |w| w.wait_p50_s), get(r, |w| w.wait_p90_s), get(r, |w| w.wait_p99_s))).collect(),
+        ));
+        rows.push((
+            format!("{class} GPU(s) jobs (completed)"),
+            reports.iter().map(|r| r.by_size.get(class).map_or("-".into(), |w| format!("{} ({})", w.jobs, w.jobs_completed))).collect(),
+        ));
+    }
     let mut row = |name: &str, f: &dyn Fn(&Report) -> String| rows.push((name.to_owned(), reports.iter().map(f).collect()));
     row("preemptions", &|r| r.preemptions.to_string());
     row("gpu_hours_lost_to_preemption", &|r| format!("{:.1}", r.gpu_hours_lost_to_preemption));
@@ -544,6 +701,7 @@ pub fn table(reports: &[Report]) -> String {
     row("idle_gpu_hours_while_jobs_waited", &|r| format!("{:.0}", r.idle_gpu_hours_while_jobs_waited));
     row("gpu_hours_claimed_in_grace", &|r| format!("{:.0}", r.gpu_hours_claimed_in_grace));
     row("teams_at_95pct_of_owed", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
+    row("teams_at_95pct_of_owed_at_submission", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed_at_submission));
     row("sim_seconds", &|r| r.sim_seconds.map_or("-".into(), |s| format!("{s:.3}")));
     row("simulated_days_per_second", &|r| r.simulated_days_per_second.map_or("-".into(), |s| format!("{s:.0}")));
 
@@ -566,30 +724,36 @@ pub fn table(reports: &[Report]) -> String {
     // Teams: share, owed and delivered per policy.
     out.push('\n');
     let team_w = reports.first().map_or(4, |r| r.teams.iter().map(|t| t.team.len()).max().unwrap_or(4).max(4));
-    let _ = write!(out, "{:team_w$}  {:>6}", "team", "share");
+    let _ = write!(out, "{:team_w$}  {:>6}  {:>10}", "team", "share", "owed@sub");
     for r in reports {
         let p = r.policy.name();
-        let _ = write!(out, "  {:>10}  {:>10}  {:>8}", format!("{p} owed"), "delivered", "d/o");
+        let _ = write!(out, "  {:>10}  {:>10}  {:>6}  {:>7}", format!("{p} owed"), "delivered", "d/o", "d/o@sub");
     }
     out.push('\n');
     if let Some(first) = reports.first() {
         for (i, t) in first.teams.iter().enumerate() {
-            let _ = write!(out, "{:team_w$}  {:>5.1}%", t.team, 100.0 * t.effective_share);
+            let _ = write!(out, "{:team_w$}  {:>5.1}%  {:>10.0}", t.team, 100.0 * t.effective_share, t.owed_at_submission_gpu_hours);
             for r in reports {
                 let t = &r.teams[i];
-                let ratio = t.delivered_over_owed.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
-                let _ = write!(out, "  {:>10.0}  {:>10.0}  {:>8}", t.owed_gpu_hours, t.delivered_gpu_hours, ratio);
+                let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
+                let _ = write!(out, "  {:>10.0}  {:>10.0}  {:>6}  {:>7}", t.owed_gpu_hours, t.delivered_gpu_hours, pct(t.delivered_over_owed), pct(t.delivered_over_owed_at_submission));
             }
             out.push('\n');
         }
     }
-    let _ = writeln!(out, "(owed and delivered in GPU-hours; d/o = delivered / owed)");
+    let _ = writeln!(out, "(GPU-hours; owed: from each policy's own queue, over the whole run; owed@sub: over the submission span, as if every job started at its submission, the same for every policy; d/o = delivered / owed; d/o@sub = delivered in the span / owed@sub)");
     for r in reports {
         if !r.not_completed.is_empty() {
-            let _ = writeln!(out, "\n{}: jobs that did not complete", r.policy.name());
+            let _ = writeln!(out, "\n{}: jobs that did not complete (work never done)", r.policy.name());
             for (why, n) in &r.not_completed {
-                let _ = writeln!(out, "  {n:>7}  {why}");
+                let gh = r.not_completed_gpu_hours.get(why).copied().unwrap_or(0.0);
+                let _ = writeln!(out, "  {n:>7}  {why} ({gh:.0} GPU-hours)");
             }
+        }
+    }
+    for r in reports {
+        for w in &r.warnings {
+            let _ = writeln!(out, "\nwarning: {}: {w}", r.policy.name());
         }
     }
     out
