@@ -1,0 +1,258 @@
+//! The cluster's bookkeeping: which job holds which GPUs, the queues of
+//! pending jobs, runs that begin and end (charged, delivered, owed), the
+//! GPUs claimed by preemptors, and the per-node counts of the runs a
+//! preemption could take.
+
+use allot::contract::PriorityLevel;
+
+use super::events::EventKind;
+use super::{Engine, PolicyKind, Run, RunEnd, Status};
+
+impl Engine<'_> {
+    pub(super) fn group_of(&self, j: u32) -> usize {
+        let job = &self.jobs[j as usize];
+        // High first: the reverse of `PriorityLevel`'s order.
+        let level = PriorityLevel::High as usize - job.contract.priority as usize;
+        let tier = usize::from(!job.contract.is_allocated());
+        match self.cfg.policy {
+            PolicyKind::Allot => (tier * self.leaves + job.leaf as usize) * 3 + level,
+            // Preemptible (scavenger) jobs after all others, as a low-priority QOS.
+            PolicyKind::Baseline if self.cfg.baseline_priority_levels => tier * 3 + level,
+            PolicyKind::Baseline => tier * 3,
+        }
+    }
+
+    pub(super) fn enqueue(&mut self, j: u32) {
+        let g = self.group_of(j);
+        self.groups[g].insert(j);
+        self.by_size[g].entry(self.jobs[j as usize].held).or_default().insert(j);
+        self.jobs[j as usize].status = Status::Pending;
+        self.pending += 1;
+    }
+
+    pub(super) fn dequeue(&mut self, j: u32) {
+        let g = self.group_of(j);
+        let removed = self.groups[g].remove(&j);
+        debug_assert!(removed);
+        let held = self.jobs[j as usize].held;
+        let sizes = &mut self.by_size[g];
+        let set = sizes.get_mut(&held).expect("size indexed");
+        set.remove(&j);
+        if set.is_empty() {
+            sizes.remove(&held);
+        }
+        self.pending -= 1;
+    }
+
+    pub(super) fn remaining(&self, j: u32) -> i64 {
+        self.workload.jobs[j as usize].runtime - self.jobs[j as usize].done
+    }
+
+    pub(super) fn set_release(&mut self, j: u32, time: i64) {
+        self.clear_release(j);
+        self.releases.insert((time, j));
+        self.jobs[j as usize].release_key = Some((time, j));
+    }
+
+    pub(super) fn clear_release(&mut self, j: u32) {
+        if let Some(k) = self.jobs[j as usize].release_key.take() {
+            self.releases.remove(&k);
+        }
+    }
+
+    /// Starts a run of `j` on `alloc` (slots already taken from the free pool).
+    pub(super) fn begin_run(&mut self, j: u32, now: i64, alloc: Vec<(u32, u64)>) {
+        let remaining = self.remaining(j);
+        let allot = self.cfg.policy == PolicyKind::Allot;
+        let job = &mut self.jobs[j as usize];
+        job.status = Status::Running;
+        job.run_no += 1;
+        job.run_start = now;
+        job.natural_end = now + remaining;
+        job.first_start.get_or_insert(now);
+        job.unprotected = false;
+        job.claim_for = None;
+        // Protected and (allot) charged, or (baseline) counted against the
+        // team's limit: the job declared a minimum runtime. Only unallocated
+        // (`min_runtime=0`) jobs run preemptible.
+        let (leaf, held, run_no, allocated) = (job.leaf, job.held, job.run_no, job.contract.is_allocated());
+        for &(n, _) in &alloc {
+            if !self.on_node[n as usize].contains(&j) {
+                self.on_node[n as usize].push(j);
+            }
+        }
+        self.jobs[j as usize].alloc = alloc;
+        self.queue.push(now + remaining, EventKind::Release, j, run_no);
+        self.set_release(j, now + remaining);
+        if allocated {
+            if allot {
+                self.window.change(leaf, now, held as i64);
+                let until = self.running_view(j).protected_until();
+                if until < now + remaining {
+                    self.queue.push(until, EventKind::ProtectionEnd, j, run_no);
+                }
+            } else {
+                self.guaranteed_gpus[leaf as usize] += held;
+            }
+        } else {
+            self.free_for_all_gpus += held;
+            self.victim_books_on_nodes(j, false, 1);
+        }
+        self.delivered_log[leaf as usize].push((now, held as i64));
+        self.in_use += held;
+        self.max_in_use = self.max_in_use.max(self.in_use);
+    }
+
+    /// Ends the current run at `now`, hands its GPUs back (or to its
+    /// preemptor) and records it.
+    pub(super) fn end_run(&mut self, j: u32, now: i64, ended: RunEnd, lost: i64) {
+        let allot = self.cfg.policy == PolicyKind::Allot;
+        let job = &self.jobs[j as usize];
+        let (leaf, held, start, allocated, status) = (job.leaf, job.held, job.run_start, job.contract.is_allocated(), job.status);
+        let charged = allot && allocated;
+        if status == Status::Running {
+            self.drop_victim_books(j);
+        }
+        if allocated {
+            if allot {
+                self.window.change(leaf, now, -(held as i64));
+                self.charged[leaf as usize] += held as i64 * (now - start);
+            } else {
+                self.guaranteed_gpus[leaf as usize] -= held;
+            }
+        }
+        self.delivered_log[leaf as usize].push((now, -(held as i64)));
+        self.in_use -= held;
+        self.clear_release(j);
+        let alloc = std::mem::take(&mut self.jobs[j as usize].alloc);
+        let claim_for = self.jobs[j as usize].claim_for.take();
+        for &(n, mask) in &alloc {
+            self.on_node[n as usize].retain(|&x| x != j);
+            let mut rest = mask;
+            if let Some(c) = claim_for {
+                rest = self.transfer(c, n, mask);
+            }
+            if rest != 0 {
+                self.nodes.give(n, rest);
+                self.refresh_reclaim(n);
+            }
+        }
+        let preemptible_from = match self.cfg.policy {
+            PolicyKind::Allot => self.running_view(j).protected_until(),
+            PolicyKind::Baseline if allocated => i64::MAX,
+            PolicyKind::Baseline => start,
+        };
+        let preempted_by = if matches!(ended, RunEnd::Preempted { .. }) { claim_for } else { None };
+        self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost, preempted_by });
+        self.growth += 1;
+    }
+
+    /// Gives `claimer` the slots of `mask` on `node` that it is still owed;
+    /// returns the rest.
+    pub(super) fn transfer(&mut self, claimer: u32, node: u32, mask: u64) -> u64 {
+        let c = &mut self.jobs[claimer as usize];
+        let Some(entry) = c.owed.iter_mut().find(|(n, _)| *n == node) else { return mask };
+        let mut given = 0u64;
+        let mut rest = mask;
+        while entry.1 > 0 && rest != 0 {
+            let low = rest & rest.wrapping_neg();
+            given |= low;
+            rest &= !low;
+            entry.1 -= 1;
+        }
+        if given != 0 {
+            self.claimed += given.count_ones();
+            match c.alloc.iter_mut().find(|(n, _)| *n == node) {
+                Some(a) => a.1 |= given,
+                None => c.alloc.push((node, given)),
+            }
+            if !self.on_node[node as usize].contains(&claimer) {
+                self.on_node[node as usize].push(claimer);
+            }
+        }
+        rest
+    }
+
+    /// Removes a running job from the preemption candidates.
+    pub(super) fn drop_victim_books(&mut self, j: u32) {
+        let job = &self.jobs[j as usize];
+        let (leaf, held) = (job.leaf as usize, job.held);
+        if !job.contract.is_allocated() {
+            self.free_for_all_gpus -= held;
+            self.victim_books_on_nodes(j, false, -1);
+        } else if job.unprotected {
+            self.unprotected[leaf].remove(&j);
+            self.unprotected_version[leaf] += 1;
+            self.unprotected_gpus[leaf] -= held;
+            self.victim_books_on_nodes(j, true, -1);
+            self.jobs[j as usize].unprotected = false;
+        }
+    }
+
+    /// Adds (`sign` 1) or removes (-1) `j`'s GPUs to the per-node victim
+    /// counts: free for all, or unprotected in its leaf.
+    pub(super) fn victim_books_on_nodes(&mut self, j: u32, unprotected: bool, sign: i32) {
+        let leaf = self.jobs[j as usize].leaf as usize;
+        for i in 0..self.jobs[j as usize].alloc.len() {
+            let (n, mask) = self.jobs[j as usize].alloc[i];
+            let c = mask.count_ones();
+            let apply = |x: &mut u32| *x = if sign > 0 { *x + c } else { *x - c };
+            if unprotected {
+                apply(&mut self.unprot_on[n as usize * self.leaves + leaf]);
+                apply(&mut self.unprot_on_total[n as usize]);
+            } else {
+                apply(&mut self.ffa_on[n as usize]);
+            }
+            self.refresh_reclaim(n);
+        }
+    }
+
+    pub(super) fn refresh_reclaim(&mut self, n: u32) {
+        let v = self.nodes.free_on(n) + self.ffa_on[n as usize] + self.unprot_on_total[n as usize];
+        self.reclaim.set(n, v);
+    }
+
+    pub(super) fn complete(&mut self, j: u32, now: i64) {
+        self.end_run(j, now, RunEnd::Completed, 0);
+        let job = &mut self.jobs[j as usize];
+        job.done = self.workload.jobs[j as usize].runtime;
+        job.status = Status::Completed;
+        job.end = Some(now);
+        let (leaf, held) = (job.leaf as usize, job.held as i64);
+        self.demand_log[leaf].push((now, -held));
+    }
+
+    /// The grace time is over: requeue or cancel.
+    pub(super) fn kill(&mut self, j: u32, now: i64) {
+        let w = &self.workload.jobs[j as usize];
+        let job = &self.jobs[j as usize];
+        let progress = now - job.run_start;
+        let ci = self.cfg.checkpoint_interval;
+        let saved = if !w.resumable {
+            0
+        } else if ci <= 0 {
+            progress
+        } else {
+            progress / ci * ci
+        };
+        let signal = job.signal_at;
+        self.end_run(j, now, RunEnd::Preempted { signal }, progress - saved);
+        let resumable = w.resumable;
+        let job = &mut self.jobs[j as usize];
+        job.preemptions += 1;
+        if resumable {
+            job.done += saved;
+            job.status = Status::Future;
+            let run_no = job.run_no;
+            self.queue.push(now + self.cfg.requeue_delay.max(0), EventKind::Requeue, j, run_no);
+        } else {
+            job.status = Status::Cancelled;
+            job.end = Some(now);
+            job.fate_reason = Some("preempted and not resumable".into());
+            let (leaf, held) = (job.leaf as usize, job.held as i64);
+            self.demand_log[leaf].push((now, -held));
+        }
+    }
+
+    // ---- the scheduling pass -------------------------------------------
+}

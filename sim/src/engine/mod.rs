@@ -1,0 +1,669 @@
+//! The discrete-event engine.
+//!
+//! Time jumps from event to event (a submission, the end of a run, the end
+//! of a run's minimum-runtime protection, the end of a grace period, a
+//! requeued job becoming eligible, a backfill cycle). Every decision of the
+//! `allot` policy is made by the policy core (`allot::fairshare`,
+//! `allot::order`, `allot::preempt`); the engine only keeps the books and
+//! finds places for jobs.
+//!
+//! **Scheduling passes**, as Slurm's: after all the events of one instant,
+//! the *main scheduler* walks the pending jobs in the policy's order (at
+//! most `default_queue_depth`) and stops at the first that can neither start
+//! nor preempt; every `bf_interval`, if anything changed, *backfill* walks
+//! deeper (`bf_max_job_test`):
+//! - a job that fits on free GPUs starts, unless it would delay the
+//!   reservation (below);
+//! - a job that does not fit may preempt (allot: runs for which
+//!   `may_preempt_with` says yes under the budget's `PreemptRules`, lowest
+//!   `victim_order` first; baseline: a job within its team's limit takes
+//!   preemptible runs). Victims get their grace time, then are requeued
+//!   (resumable, losing the work since their last checkpoint) or cancelled;
+//!   the preemptor holds the GPUs it needs meanwhile and starts when the
+//!   grace time ends. Preemption ignores the reservation, as Slurm's main
+//!   scheduler knows nothing of backfill's plans;
+//! - in backfill, the first job that can do neither gets a reservation: the
+//!   earliest time and place it fits, from the running jobs' expected ends.
+//!   Later jobs may still start now if they end before that time or leave
+//!   the reserved GPUs alone. One reservation per pass is "EASY" backfill, a
+//!   simplification of Slurm's, which reserves for every job it tests.
+//!
+//! Expected ends use the jobs' true runtimes (a workload has no time
+//! limits): backfill as good as the users' estimates could make it.
+//!
+//! The engine in parts, each readable alone:
+//! - [`events`]: the typed event queue (what happens next, in which order
+//!   within an instant);
+//! - [`books`]: the cluster's bookkeeping: jobs' runs, queues, GPUs held,
+//!   charged and owed, the per-node counts of possible victims;
+//! - [`passes`]: the scheduling passes (main and backfill), placement and
+//!   the backfill reservation;
+//! - [`preemption`]: the search for victims and the preemption itself.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use allot::contract::{Contract, PriorityLevel};
+use allot::budget::BudgetTree;
+use allot::occupancy::OccupancyWindow;
+use allot::preempt::PreemptRules;
+use serde::Serialize;
+
+use crate::cluster::{Buckets, ClusterSpec, Nodes};
+use crate::prepare::Prepared;
+use crate::workload::Workload;
+
+mod books;
+mod events;
+mod passes;
+mod preemption;
+
+use events::{EventKind, EventQueue};
+use passes::Mode;
+use preemption::SearchKey;
+
+/// Which scheduler decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyKind {
+    /// Budgets and the contract, through the policy core.
+    Allot,
+    /// Static priority levels, a per-team limit on non-preemptible GPUs,
+    /// preemptible jobs above the limit on idle GPUs.
+    Baseline,
+}
+
+impl PolicyKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Allot => "allot",
+            PolicyKind::Baseline => "baseline",
+        }
+    }
+    pub fn parse(s: &str) -> Option<PolicyKind> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "allot" => Some(PolicyKind::Allot),
+            "baseline" => Some(PolicyKind::Baseline),
+            _ => None,
+        }
+    }
+}
+
+/// Knobs of one simulation. The policy's own knobs (lookback, cap, grace,
+/// margin, default minimum runtime) live in `tree.settings`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub cluster: ClusterSpec,
+    pub tree: BudgetTree,
+    pub policy: PolicyKind,
+    /// A resumable job checkpoints every this many seconds of its run and
+    /// loses, when killed, the work since the last one. 0: it checkpoints
+    /// during its grace time and loses nothing.
+    pub checkpoint_interval: i64,
+    /// Seconds between a requeue and the job being eligible again.
+    pub requeue_delay: i64,
+    /// Pending jobs a backfill pass considers, in order (Slurm's `bf_max_job_test`).
+    pub bf_max_job_test: usize,
+    /// Node-level preemption searches per pass (each looks at every node
+    /// with possible victims; Slurm bounds its preemption attempts too).
+    pub preempt_max_job_test: usize,
+    /// Pending jobs the main scheduler considers at each event (Slurm's
+    /// `default_queue_depth`); it stops at the first that cannot start.
+    pub default_queue_depth: usize,
+    /// Seconds between backfill passes while jobs wait (Slurm's
+    /// `bf_interval`); at least 1 (smaller values count as 1).
+    pub bf_interval: i64,
+    /// Stop here (absolute time); `None`: run until every job is done.
+    pub horizon: Option<i64>,
+    /// Baseline: a team's limit on non-preemptible GPUs is its effective
+    /// share times the cluster's GPUs times this.
+    pub baseline_limit_factor: f64,
+    /// Baseline: use the workload's `priority` column as the static
+    /// priority levels (cluster-wide). Off: one level, first come first
+    /// served, since in the system allot replaces levels were set per queue
+    /// by admins, not declared per job (allot's priority only orders jobs
+    /// within their own leaf, so users may set it).
+    pub baseline_priority_levels: bool,
+    /// Cross-check every shortcut against the plain policy functions (slow; tests).
+    pub check_policy: bool,
+    /// The last this many nodes are kept for small and unallocated jobs
+    /// (`PreemptRules::may_use_small_job_nodes`; Slurm: allot.conf's
+    /// `SmallJobPartition`). 0: none. Less than the cluster's nodes.
+    pub small_job_nodes: u32,
+}
+
+impl Config {
+    pub fn new(cluster: ClusterSpec, tree: BudgetTree, policy: PolicyKind) -> Config {
+        Config {
+            cluster,
+            tree,
+            policy,
+            checkpoint_interval: 1800,
+            requeue_delay: 0,
+            bf_max_job_test: 500,
+            preempt_max_job_test: 16,
+            default_queue_depth: 100,
+            bf_interval: 30,
+            horizon: None,
+            baseline_limit_factor: 1.0,
+            baseline_priority_levels: false,
+            check_policy: false,
+            small_job_nodes: 0,
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunEnd {
+    Completed,
+    /// Killed at `end` after the preemption signal at `signal`.
+    Preempted {
+        signal: i64,
+    },
+    /// Still running when the simulation stopped.
+    Horizon,
+}
+
+/// One run of one job on a fixed set of GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    /// Index into the workload's jobs.
+    pub job: u32,
+    pub start: i64,
+    pub end: i64,
+    /// GPUs held.
+    pub gpus: u32,
+    /// (node, slot mask) pairs.
+    pub slots: Vec<(u32, u64)>,
+    /// Charged to the job's budget leaf (allot: an allocated run).
+    pub charged: bool,
+    /// The run may be preempted from here on (`start`: throughout; past
+    /// `end`: never). Allot: the policy core's
+    /// `RunningJob::protected_until`; baseline: never for allocated runs.
+    pub preemptible_from: i64,
+    pub ended: RunEnd,
+    /// Seconds of this run's work lost (not checkpointed, or cancelled).
+    pub lost: i64,
+    /// Preempted: the job (index into the workload) that took its GPUs.
+    pub preempted_by: Option<u32>,
+}
+
+/// Where a job ended up.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", content = "reason", rename_all = "snake_case")]
+pub enum Fate {
+    Completed,
+    /// Preempted and not resumable.
+    Cancelled(String),
+    /// Never queued (no budget leaf, contract refused, larger than the cluster).
+    Refused(String),
+    /// Not done when the simulation stopped.
+    Unfinished(String),
+}
+
+/// Per job, by index into the workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOutcome {
+    pub fate: Fate,
+    pub first_start: Option<i64>,
+    /// Completion, cancellation or the horizon.
+    pub end: Option<i64>,
+    pub preemptions: u32,
+}
+
+/// Everything a simulation produced, for the report, the pictures and the checks.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub policy: PolicyKind,
+    /// The jobs as resolved before the run: leaf, contract, GPUs held, refusals.
+    pub prepared: Prepared,
+    pub runs: Vec<Run>,
+    pub jobs: Vec<JobOutcome>,
+    /// Per leaf: (time, change of GPUs wanted by the leaf's queued and running jobs).
+    pub demand_log: Vec<Vec<(i64, i64)>>,
+    /// Per leaf: (time, change of GPUs held by the leaf's running jobs).
+    pub delivered_log: Vec<Vec<(i64, i64)>>,
+    /// Per leaf: GPU-seconds handed to the occupancy window (allot only).
+    pub charged: Vec<i64>,
+    pub max_gpus_in_use: u32,
+    /// First submission and the time the simulation stopped.
+    pub start: i64,
+    pub end: i64,
+    pub events: u64,
+    pub passes: u64,
+    pub preempt_searches: u64,
+    /// GPU-seconds free while jobs waited (they did not fit, or were not reached).
+    pub idle_while_waiting: i64,
+    /// GPU-seconds held idle by preemptors waiting out their victims' grace time.
+    pub claimed_idle: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Future,
+    Pending,
+    /// Preempted others; waits for their grace time, holding what it has.
+    Starting,
+    Running,
+    /// Signalled; holds its GPUs until killed.
+    Grace,
+    Completed,
+    Cancelled,
+    Refused,
+}
+
+#[derive(Debug, Clone)]
+struct JobRt {
+    status: Status,
+    /// Valid unless refused.
+    leaf: u32,
+    /// Allocated (declares a minimum runtime): its runs are protected from
+    /// preemption (allot: until the minimum runtime ends; baseline: always)
+    /// and charged (allot) or counted against the team's limit (baseline).
+    /// Otherwise they are free for any allocated job to take.
+    contract: Contract,
+    held: u32,
+    /// Work saved so far (completed runs' checkpoints).
+    done: i64,
+    run_no: u32,
+    run_start: i64,
+    natural_end: i64,
+    kill_at: i64,
+    /// Signal time of the current preemption.
+    signal_at: i64,
+    first_start: Option<i64>,
+    /// Slots held now.
+    alloc: Vec<(u32, u64)>,
+    /// Grace: the job that gets these GPUs. Starting: GPUs still owed, per node.
+    claim_for: Option<u32>,
+    owed: Vec<(u32, u32)>,
+    /// Allot: past its minimum runtime, in `unprotected[leaf]`.
+    unprotected: bool,
+    /// Key in `releases`.
+    release_key: Option<(i64, u32)>,
+    preemptions: u32,
+    end: Option<i64>,
+    fate_reason: Option<String>,
+}
+
+pub(crate) struct Engine<'a> {
+    cfg: &'a Config,
+    /// Allot's switchable preemption rules, from the budget's settings.
+    rules: PreemptRules,
+    workload: &'a Workload,
+    /// Handed on to the outcome.
+    prepared: Prepared,
+    jobs: Vec<JobRt>,
+    nodes: Nodes,
+    g: u32,
+    leaves: usize,
+    /// Jobs holding slots on each node.
+    on_node: Vec<Vec<u32>>,
+    /// What happens next.
+    queue: EventQueue,
+    /// Pending jobs per group, by index into the workload, which is in
+    /// (submit, job_id) order: the order of jobs within a group.
+    groups: Vec<BTreeSet<u32>>,
+    /// The same, per group and held-GPU count.
+    by_size: Vec<BTreeMap<u32, BTreeSet<u32>>>,
+    pending: usize,
+    /// Expected (release time, job) of every job that holds GPUs.
+    releases: BTreeSet<(i64, u32)>,
+    window: OccupancyWindow,
+    usage: Vec<i64>,
+    /// Allot: running allocated jobs past their protection, per leaf.
+    unprotected: Vec<BTreeSet<u32>>,
+    unprotected_gpus: Vec<u32>,
+    /// Per leaf: bumped whenever `unprotected[leaf]` changes.
+    unprotected_version: Vec<u64>,
+    /// `same_leaf_gpus` by (leaf, priority, minimum runtime or -1 for any):
+    /// (the leaf's `unprotected_version` then, GPUs).
+    same_leaf_cache: BTreeMap<(u32, PriorityLevel, i64), (u64, u32)>,
+    /// GPUs of running jobs that any protected waiting job may take: runs
+    /// that declared `min_runtime=0`, under either policy.
+    free_for_all_gpus: u32,
+    /// Baseline: non-preemptible GPUs per leaf, and the limits.
+    guaranteed_gpus: Vec<u32>,
+    limit: Vec<u32>,
+    /// Bumped whenever preemption could newly succeed: GPUs freed, a
+    /// protection ended. (Starts and preemptions only take room away.)
+    growth: u64,
+    /// Per job: the circumstances of its last failed preemption search.
+    failed_search: Vec<Option<SearchKey>>,
+    /// Per leaf: (pass, smallest job of the leaf that found no room by
+    /// preemption in that pass, its priority and minimum runtime: with
+    /// preemption within a team, a job of lower priority or a longer
+    /// minimum runtime may take fewer of its teammates' GPUs, never more).
+    /// And whether it was a small job (rule 4 without the margin: a small
+    /// job may take more than a larger one).
+    leaf_fail: Vec<(u64, u32, PriorityLevel, i64, bool)>,
+    /// Per preemption row (waiting leaf, small or not: `row_of`): the leaves
+    /// whose unprotected runs its jobs may take (this pass).
+    allowed_list: Vec<Vec<u32>>,
+    backfill_pending: bool,
+    changed_since_backfill: bool,
+    in_use: u32,
+    /// GPUs held by jobs that have not started (preemptors in the grace time).
+    claimed: u32,
+    idle_while_waiting: i64,
+    claimed_idle: i64,
+    // Outputs.
+    runs: Vec<Run>,
+    demand_log: Vec<Vec<(i64, i64)>>,
+    delivered_log: Vec<Vec<(i64, i64)>>,
+    charged: Vec<i64>,
+    max_in_use: u32,
+    events: u64,
+    passes: u64,
+    preempt_searches: u64,
+    // Per-pass caches (stamped with the pass number).
+    /// Per preemption row: (pass, signature of `allowed_list`) when last computed.
+    victim_gpus_cache: Vec<(u64, u64)>,
+    /// `allowed[row * leaves + v]`: jobs of preemption row `row` may take
+    /// leaf `v`'s unprotected runs (this pass, for the rows `victim_gpus`
+    /// filled).
+    allowed: Vec<bool>,
+    /// Per node: GPUs of free-for-all runs; unprotected GPUs per leaf
+    /// (`[node * leaves + leaf]`) and in all.
+    ffa_on: Vec<u32>,
+    unprot_on: Vec<u32>,
+    unprot_on_total: Vec<u32>,
+    /// Nodes by free GPUs + GPUs of any possible victim: an upper bound of
+    /// what preemption could free there.
+    reclaim: Buckets,
+    extra: Vec<u32>,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(cfg: &'a Config, workload: &'a Workload, prepared: Prepared) -> Engine<'a> {
+        let leaves = cfg.tree.leaves.len();
+        let start = workload.jobs.first().map_or(0, |j| j.submit);
+        let mut jobs: Vec<JobRt> = (0..workload.jobs.len())
+            .map(|i| JobRt {
+                status: if prepared.refused[i].is_some() { Status::Refused } else { Status::Future },
+                leaf: prepared.leaf[i].unwrap_or(0),
+                contract: prepared.contract[i],
+                held: prepared.held[i],
+                done: 0,
+                run_no: 0,
+                run_start: 0,
+                natural_end: 0,
+                kill_at: 0,
+                signal_at: 0,
+                first_start: None,
+                alloc: Vec::new(),
+                claim_for: None,
+                owed: Vec::new(),
+                unprotected: false,
+                release_key: None,
+                preemptions: 0,
+                end: None,
+                fate_reason: prepared.refused[i].clone(),
+            })
+            .collect();
+        let capacity = cfg.cluster.capacity() as f64;
+        let limit: Vec<u32> = (0..leaves)
+            .map(|l| {
+                let share = cfg.tree.leaf_node(l as u32).effective_share;
+                ((share * capacity * cfg.baseline_limit_factor).round() as u32).max(1)
+            })
+            .collect();
+        if cfg.policy == PolicyKind::Baseline {
+            // A non-preemptible job larger than its team's limit could never
+            // start; Slurm refuses it at submission (limits enforced as `safe`).
+            for (i, job) in jobs.iter_mut().enumerate() {
+                let lim = &limit;
+                if job.status == Status::Future && job.contract.is_allocated() && job.held > lim[job.leaf as usize] {
+                    job.status = Status::Refused;
+                    job.fate_reason = Some(format!(
+                        "baseline: needs {} GPUs, more than its team's limit of {} non-preemptible GPUs",
+                        workload.jobs[i].gpus, lim[job.leaf as usize]
+                    ));
+                }
+            }
+        }
+        let n_groups = match cfg.policy {
+            PolicyKind::Allot => 2 * leaves * 3,
+            PolicyKind::Baseline => 2 * 3,
+        };
+        Engine {
+            cfg,
+            rules: PreemptRules::from_settings(&cfg.tree.settings),
+            workload,
+            prepared,
+            failed_search: vec![None; jobs.len()],
+            leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0, false); leaves],
+            allowed_list: vec![Vec::new(); 2 * leaves],
+            jobs,
+            nodes: Nodes::with_small_job_nodes(cfg.cluster, cfg.small_job_nodes),
+            g: cfg.cluster.gpus_per_node,
+            leaves,
+            on_node: vec![Vec::new(); cfg.cluster.nodes as usize],
+            queue: EventQueue::default(),
+            groups: vec![BTreeSet::new(); n_groups],
+            by_size: vec![BTreeMap::new(); n_groups],
+            pending: 0,
+            releases: BTreeSet::new(),
+            window: OccupancyWindow::new(leaves, cfg.tree.settings.lookback, start),
+            usage: Vec::with_capacity(leaves),
+            unprotected: vec![BTreeSet::new(); leaves],
+            unprotected_gpus: vec![0; leaves],
+            unprotected_version: vec![0; leaves],
+            same_leaf_cache: BTreeMap::new(),
+            free_for_all_gpus: 0,
+            guaranteed_gpus: vec![0; leaves],
+            limit,
+            growth: 0,
+            backfill_pending: false,
+            changed_since_backfill: false,
+            in_use: 0,
+            claimed: 0,
+            idle_while_waiting: 0,
+            claimed_idle: 0,
+            runs: Vec::new(),
+            demand_log: vec![Vec::new(); leaves],
+            delivered_log: vec![Vec::new(); leaves],
+            charged: vec![0; leaves],
+            max_in_use: 0,
+            events: 0,
+            passes: 0,
+            preempt_searches: 0,
+            victim_gpus_cache: vec![(u64::MAX, 0); 2 * leaves],
+            allowed: vec![false; 2 * leaves * leaves],
+            ffa_on: vec![0; cfg.cluster.nodes as usize],
+            unprot_on: vec![0; cfg.cluster.nodes as usize * leaves],
+            unprot_on_total: vec![0; cfg.cluster.nodes as usize],
+            reclaim: Buckets::new(cfg.cluster.nodes, cfg.cluster.gpus_per_node, cfg.cluster.gpus_per_node),
+            extra: vec![0; cfg.cluster.nodes as usize],
+        }
+    }
+
+    /// Runs to the end; `progress(now)` is called now and then.
+    pub fn run(mut self, progress: &mut dyn FnMut(i64)) -> Outcome {
+        let start = self.workload.jobs.first().map_or(0, |j| j.submit);
+        let horizon = self.cfg.horizon.unwrap_or(i64::MAX);
+        let mut now = start;
+        while let Some(t) = self.queue.peek_time(self.workload) {
+            if t > horizon {
+                break;
+            }
+            if self.pending > 0 {
+                self.idle_while_waiting += self.nodes.free_total() as i64 * (t - now);
+            }
+            self.claimed_idle += self.claimed as i64 * (t - now);
+            now = t;
+            let mut dirty = false;
+            let mut backfill = false;
+            while self.queue.peek_time(self.workload) == Some(now) {
+                let (_, kind, job, run) = self.queue.pop(self.workload).expect("peeked");
+                self.events += 1;
+                if self.events.is_multiple_of(8192) {
+                    progress(now);
+                }
+                if kind == EventKind::Backfill {
+                    self.backfill_pending = false;
+                    backfill = true;
+                } else {
+                    dirty |= self.apply(now, kind, job, run);
+                }
+            }
+            // As Slurm: the main scheduler after events, backfill on its own clock.
+            self.changed_since_backfill |= dirty;
+            if backfill && self.changed_since_backfill {
+                // Like Slurm's backfill, which skips a cycle when no job or
+                // node changed since the last one.
+                self.changed_since_backfill = false;
+                self.pass(now, Mode::Backfill);
+            } else if dirty {
+                self.pass(now, Mode::Main);
+            }
+            if self.pending > 0 && !self.backfill_pending {
+                self.backfill_pending = true;
+                self.queue.push(now + self.cfg.bf_interval.max(1), EventKind::Backfill, 0, 0);
+            }
+            if self.stuck() {
+                break;
+            }
+        }
+        let end = if self.cfg.horizon.is_some() { horizon.max(now) } else { now };
+        self.finish(start, end)
+    }
+
+    /// Nothing runs, nothing will happen but backfill passes, and jobs still wait:
+    /// they can never start (cannot happen with valid input; a guard).
+    fn stuck(&self) -> bool {
+        self.pending > 0 && self.releases.is_empty() && !self.queue.has_work(self.workload)
+    }
+
+    /// Applies one event; whether a pass should follow.
+    fn apply(&mut self, now: i64, kind: EventKind, j: u32, run: u32) -> bool {
+        match kind {
+            EventKind::Submit => {
+                let ju = j as usize;
+                if self.jobs[ju].status == Status::Refused {
+                    return false;
+                }
+                let leaf = self.jobs[ju].leaf as usize;
+                self.demand_log[leaf].push((now, self.jobs[ju].held as i64));
+                self.enqueue(j);
+                true
+            }
+            EventKind::Requeue => {
+                if self.jobs[j as usize].status == Status::Future && self.jobs[j as usize].run_no == run {
+                    self.enqueue(j);
+                }
+                true
+            }
+            EventKind::Release => {
+                let job = &self.jobs[j as usize];
+                if job.run_no != run || !matches!(job.status, Status::Running | Status::Grace) {
+                    return false; // superseded: the run ended otherwise
+                }
+                if now >= job.natural_end {
+                    self.complete(j, now);
+                } else if job.status == Status::Grace && now >= job.kill_at {
+                    self.kill(j, now);
+                } else {
+                    return false;
+                }
+                true
+            }
+            EventKind::StartClaimed => {
+                let job = &self.jobs[j as usize];
+                debug_assert_eq!(job.status, Status::Starting);
+                debug_assert!(job.owed.iter().all(|&(_, c)| c == 0), "job {j} starts still owed {:?}", job.owed);
+                let alloc = std::mem::take(&mut self.jobs[j as usize].alloc);
+                self.claimed -= self.jobs[j as usize].held;
+                self.clear_release(j);
+                if self.cfg.policy == PolicyKind::Baseline {
+                    // Its place within the limit was held since the preemption; begin_run counts it again.
+                    let job = &self.jobs[j as usize];
+                    self.guaranteed_gpus[job.leaf as usize] -= job.held;
+                }
+                self.begin_run(j, now, alloc);
+                true
+            }
+            EventKind::ProtectionEnd => {
+                let job = &self.jobs[j as usize];
+                if job.run_no != run || job.status != Status::Running || !job.contract.is_allocated() || job.unprotected {
+                    return false;
+                }
+                let leaf = job.leaf as usize;
+                self.jobs[j as usize].unprotected = true;
+                self.unprotected[leaf].insert(j);
+                self.unprotected_version[leaf] += 1;
+                self.unprotected_gpus[leaf] += self.jobs[j as usize].held;
+                self.victim_books_on_nodes(j, true, 1);
+                self.growth += 1;
+                true
+            }
+            EventKind::Backfill => unreachable!("backfill cycles are handled by the loop"),
+        }
+    }
+
+    /// Closes the books at `end`.
+    fn finish(mut self, start: i64, end: i64) -> Outcome {
+        // Runs still going end at the horizon; their jobs are unfinished.
+        let holders: Vec<u32> = self.releases.iter().map(|&(_, j)| j).collect();
+        for j in holders {
+            match self.jobs[j as usize].status {
+                Status::Running | Status::Grace => {
+                    self.end_run(j, end, RunEnd::Horizon, 0);
+                    let why = if self.jobs[j as usize].status == Status::Grace { "being preempted at the horizon" } else { "running at the horizon" };
+                    self.jobs[j as usize].fate_reason = Some(why.into());
+                }
+                Status::Starting => {
+                    self.jobs[j as usize].fate_reason = Some("about to start (its victims' grace time) at the horizon".into());
+                }
+                _ => {}
+            }
+        }
+        let mut out_jobs = Vec::with_capacity(self.jobs.len());
+        for (i, job) in self.jobs.iter().enumerate() {
+            let fate = match job.status {
+                Status::Completed => Fate::Completed,
+                Status::Cancelled => Fate::Cancelled(job.fate_reason.clone().unwrap_or_default()),
+                Status::Refused => Fate::Refused(job.fate_reason.clone().unwrap_or_default()),
+                Status::Pending | Status::Future if self.workload.jobs[i].submit > end => Fate::Unfinished("submitted after the horizon".into()),
+                Status::Pending | Status::Future if job.first_start.is_some() => {
+                    Fate::Unfinished("waiting to run again after a preemption at the horizon".into())
+                }
+                Status::Pending | Status::Future => {
+                    Fate::Unfinished(if self.stuck() { "could never be placed".into() } else { "still waiting at the horizon".into() })
+                }
+                Status::Running | Status::Grace | Status::Starting => Fate::Unfinished(job.fate_reason.clone().unwrap_or_default()),
+            };
+            if matches!(fate, Fate::Unfinished(_)) && self.workload.jobs[i].submit <= end {
+                self.demand_log[job.leaf as usize].push((end, -(job.held as i64)));
+            }
+            out_jobs.push(JobOutcome {
+                fate,
+                first_start: job.first_start,
+                end: job.end.or(Some(end).filter(|_| job.status != Status::Refused)),
+                preemptions: job.preemptions,
+            });
+        }
+        for log in &mut self.demand_log {
+            // Horizon closings were appended last; keep every log in time order.
+            log.sort_by_key(|&(t, _)| t);
+        }
+        Outcome {
+            policy: self.cfg.policy,
+            prepared: self.prepared,
+            runs: self.runs,
+            jobs: out_jobs,
+            demand_log: self.demand_log,
+            delivered_log: self.delivered_log,
+            charged: self.charged,
+            max_gpus_in_use: self.max_in_use,
+            start,
+            end,
+            events: self.events,
+            passes: self.passes,
+            preempt_searches: self.preempt_searches,
+            idle_while_waiting: self.idle_while_waiting,
+            claimed_idle: self.claimed_idle,
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The scheduling passes, as Slurm's: the main scheduler after the events
+//! of an instant, backfill every `bf_interval`; placement on free GPUs and
+//! the backfill reservation (EASY: one per pass).
+
+use allot::fairshare::Ranking;
+use allot::order::{order_jobs, PendingJob};
+
+use super::{Engine, PolicyKind};
+
+/// What a pass has learnt so far.
+pub(super) struct PassState {
+    mode: Mode,
+    victims_exist: bool,
+    /// Node-level preemption searches made.
+    searches: usize,
+    /// Held-GPU count from which nothing fits on free GPUs any more
+    /// (fitting is monotone in size, and free GPUs only shrink in a pass),
+    /// for jobs that may not (`[0]`) and may (`[1]`) use the small-job nodes.
+    min_fail: [u32; 2],
+    shadow: Option<Shadow>,
+    /// (group, GPUs of its leaf's unprotected runs that some job of the
+    /// group may take) when first asked this pass: an upper bound for the
+    /// rest of the pass (a pass only takes runs away).
+    group_same: Option<(usize, u32)>,
+}
+
+/// Which scheduler runs a pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// After events: starts jobs in order until one cannot start.
+    Main,
+    /// Every `bf_interval`: deeper, with a reservation for the first
+    /// blocked job and backfill around it.
+    Backfill,
+}
+
+/// The earliest start of the first blocked job, and the GPUs it needs then.
+pub(super) struct Shadow {
+    time: i64,
+    /// (node, GPUs that may still be used past `time`).
+    slack: Vec<(u32, u32)>,
+}
+
+impl Shadow {
+    pub(super) fn slack_of(&self, node: u32) -> Option<u32> {
+        self.slack.iter().find(|(n, _)| *n == node).map(|&(_, s)| s)
+    }
+    pub(super) fn allows(&self, node: u32, gpus: u32, end: i64) -> bool {
+        end <= self.time || self.slack_of(node).is_none_or(|s| s >= gpus)
+    }
+    pub(super) fn consume(&mut self, node: u32, gpus: u32, end: i64) {
+        if end > self.time {
+            if let Some(e) = self.slack.iter_mut().find(|(n, _)| *n == node) {
+                e.1 -= gpus;
+            }
+        }
+    }
+}
+
+impl Engine<'_> {
+    pub(super) fn pass(&mut self, now: i64, mode: Mode) {
+        self.passes += 1;
+        if self.pending == 0 {
+            return;
+        }
+        let victims_exist = self.free_for_all_gpus > 0 || self.unprotected_gpus.iter().any(|&g| g > 0);
+        if self.nodes.free_total() == 0 && !victims_exist {
+            return; // nothing can start and nothing can be preempted
+        }
+        let ranking = match self.cfg.policy {
+            PolicyKind::Allot => {
+                self.window.usage_all(now, &mut self.usage);
+                Some(Ranking::compute(&self.cfg.tree, &self.usage, self.cfg.cluster.capacity(), now))
+            }
+            PolicyKind::Baseline => None,
+        };
+        let order = self.group_order(ranking.as_ref());
+        if self.cfg.check_policy {
+            self.check_order(&order, ranking.as_ref());
+        }
+        let depth = match mode {
+            Mode::Main => self.cfg.default_queue_depth,
+            Mode::Backfill => self.cfg.bf_max_job_test,
+        };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], shadow: None, group_same: None };
+        let mut tested = 0usize;
+        'groups: for g in order {
+            if tested >= depth {
+                break;
+            }
+            // The jobs this pass tests are the first `depth` in the order;
+            // `cutoff` is the last one of this group among them.
+            let len = self.groups[g].len();
+            let remaining = depth - tested;
+            let cutoff = if len > remaining { self.groups[g].iter().nth(remaining - 1).copied() } else { None };
+            let mut cursor: Option<u32> = None;
+            loop {
+                let next = if st.shadow.is_none() {
+                    // In order, until a job blocks and takes the reservation.
+                    match cursor {
+                        None => self.groups[g].iter().next().copied(),
+                        Some(c) => self.groups[g].range(c + 1..).next().copied(),
+                    }
+                } else {
+                    // Past the reservation a job that can neither fit nor
+                    // preempt does nothing: visit only sizes that might.
+                    self.next_that_might_start(g, cursor, &mut st, ranking.as_ref())
+                };
+                let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
+                cursor = Some(j);
+                if !self.try_job(j, now, &mut st, ranking.as_ref()) {
+                    break 'groups;
+                }
+            }
+            tested += len.min(remaining);
+        }
+    }
+
+    /// One job's turn in a pass: start it, preempt for it, or (the first
+    /// blocked one in a backfill pass) reserve for it. False: the pass is over.
+    pub(super) fn try_job(&mut self, j: u32, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> bool {
+        let allocated = self.jobs[j as usize].contract.is_allocated();
+        if self.cfg.policy == PolicyKind::Baseline && allocated && !self.within_limit(j) {
+            return true; // held by its team's limit (Slurm: pending, QOSGrpGRES); blocks no one
+        }
+        let held = self.jobs[j as usize].held;
+        let end = now + self.remaining(j);
+        let all = self.may_use_all_nodes(j);
+        if held < st.min_fail[usize::from(all)] {
+            if let Some(place) = self.find_place(held, end, st.shadow.as_ref(), all) {
+                self.start_now(j, now, place, st.shadow.as_mut(), end);
+                return true;
+            }
+            if !self.fits_free(held, all) {
+                // What fits nowhere fits nowhere outside the small-job nodes either.
+                st.min_fail[usize::from(all)] = held;
+                st.min_fail[0] = st.min_fail[0].min(held);
+            }
+        }
+        // Preemptible jobs never preempt (allot: the policy refuses
+        // unallocated preemptors itself; skipping the search saves time).
+        if allocated && st.searches < self.cfg.preempt_max_job_test {
+            if let Some(plan) = self.plan_preemption(j, now, ranking, &mut st.searches) {
+                self.execute_preemption(j, now, plan);
+                return true;
+            }
+        }
+        if st.mode == Mode::Main {
+            return false; // the main scheduler stops at the first job that cannot start
+        }
+        if st.shadow.is_none() {
+            st.shadow = self.reserve(j, now);
+        }
+        // No GPU free and none to take (allot: the unallocated tier, which
+        // comes last, never preempts): nothing further can start.
+        !(st.min_fail[1] <= 1 && (!st.victims_exist || (self.cfg.policy == PolicyKind::Allot && !allocated)))
+    }
+
+    /// The next job of group `g` after `cursor` whose size could fit on free
+    /// GPUs or be made room for by preemption; larger ones would only fail.
+    pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
+        let head = *self.groups[g].iter().next()?;
+        let mut bound = st.min_fail[0].max(st.min_fail[1]);
+        if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
+            // The group's jobs share leaf and priority, not minimum runtimes:
+            // bound their teammates' GPUs by the most any of them may take.
+            let leaf = self.jobs[head as usize].leaf as usize;
+            let (victims, _) = self.cross_victim_gpus_of_row(2 * leaf, true, ranking);
+            let same = match st.group_same {
+                Some((cached, gpus)) if cached == g => gpus,
+                _ => {
+                    let gpus = self.same_leaf_gpus(head, true);
+                    st.group_same = Some((g, gpus));
+                    gpus
+                }
+            };
+            let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
+            if self.cfg.policy == PolicyKind::Allot && self.rules.small_job_gpus > 0 {
+                // Small jobs of the group (at most small_job_gpus GPUs) may
+                // take more: every other leaf below its victim, no margin.
+                let (small_victims, _) = self.cross_victim_gpus_of_row(2 * leaf + 1, true, ranking);
+                let small_room = (self.nodes.free_total() + small_victims + same).saturating_add(1);
+                room = room.max(small_room.min(self.rules.small_job_gpus.saturating_add(1)));
+            }
+            if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
+                // A smaller job of this leaf found no room this pass (a small
+                // one: no job of the leaf may take more).
+                let (stamp, fail_at, _, _, fail_small) = self.leaf_fail[leaf];
+                if stamp == self.passes && (fail_small || self.rules.small_job_gpus == 0) {
+                    room = room.min(fail_at);
+                }
+            }
+            bound = bound.max(room);
+        }
+        let mut best: Option<u32> = None;
+        for set in self.by_size[g].range(..bound).map(|(_, set)| set) {
+            let next = match cursor {
+                None => set.iter().next(),
+                Some(c) => set.range(c + 1..).next(),
+            };
+            if let Some(&j) = next {
+                best = Some(best.map_or(j, |b: u32| b.min(j)));
+            }
+        }
+        best
+    }
+
+    /// Non-empty groups, first to be served first. For allot, the groups'
+    /// order is the policy's: `order_jobs` on one job per group (its first),
+    /// since jobs of one group follow each other in (submit, id) order.
+    pub(super) fn group_order(&self, ranking: Option<&Ranking>) -> Vec<usize> {
+        let nonempty = (0..self.groups.len()).filter(|&g| !self.groups[g].is_empty());
+        match ranking {
+            None => nonempty.collect(),
+            Some(r) => {
+                let groups: Vec<usize> = nonempty.collect();
+                let heads: Vec<PendingJob> = groups.iter().map(|&g| self.pending_job(*self.groups[g].iter().next().expect("non-empty"))).collect();
+                order_jobs(r, &heads).into_iter().map(|i| groups[i]).collect()
+            }
+        }
+    }
+
+    pub(super) fn pending_job(&self, j: u32) -> PendingJob {
+        let job = &self.jobs[j as usize];
+        let w = &self.workload.jobs[j as usize];
+        PendingJob { job_id: w.job_id, leaf: job.leaf, allocated: job.contract.is_allocated(), priority: job.contract.priority, submit_time: w.submit }
+    }
+
+    /// Tests: the walk's order is `order_jobs` over every pending job.
+    pub(super) fn check_order(&self, order: &[usize], ranking: Option<&Ranking>) {
+        let Some(r) = ranking else { return };
+        let ours: Vec<u32> = order.iter().flat_map(|&g| self.groups[g].iter().copied()).collect();
+        let all: Vec<PendingJob> = ours.iter().map(|&j| self.pending_job(j)).collect();
+        let policy: Vec<u32> = order_jobs(r, &all).into_iter().map(|i| ours[i]).collect();
+        assert_eq!(ours, policy, "the engine's merge of groups differs from allot::order::order_jobs");
+    }
+
+    pub(super) fn fits_free(&self, held: u32, all: bool) -> bool {
+        if held <= self.g {
+            self.nodes.fits_one_for(held, all)
+        } else {
+            self.nodes.whole_free_for(all) >= held / self.g
+        }
+    }
+
+    /// Whether `j` may use every node, the small-job nodes included
+    /// (`PreemptRules::may_use_small_job_nodes`; true when none are kept).
+    pub(super) fn may_use_all_nodes(&self, j: u32) -> bool {
+        self.cfg.small_job_nodes == 0 || self.rules.may_use_small_job_nodes(&self.waiting_view(j))
+    }
+
+    /// Free GPUs for a job of `held` GPUs ending at `end`: (node, GPUs)
+    /// pairs. `all`: it may use the small-job nodes, and takes them first
+    /// (Slurm: their lower node `Weight`), leaving the other nodes whole.
+    pub(super) fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>, all: bool) -> Option<Vec<(u32, u32)>> {
+        let ok = |n: u32, gpus: u32| self.nodes.usable(n, all) && shadow.is_none_or(|s| s.allows(n, gpus, end));
+        if held <= self.g {
+            if all && self.cfg.small_job_nodes > 0 {
+                if let Some(n) = self.nodes.best_fit(held, |n| self.nodes.is_small_job_node(n) && ok(n, held)) {
+                    return Some(vec![(n, held)]);
+                }
+            }
+            self.nodes.best_fit(held, |n| ok(n, held)).map(|n| vec![(n, held)])
+        } else {
+            let g = self.g;
+            self.nodes.whole_nodes(held / g, |n| ok(n, g)).map(|v| v.into_iter().map(|n| (n, g)).collect())
+        }
+    }
+
+    pub(super) fn start_now(&mut self, j: u32, now: i64, place: Vec<(u32, u32)>, shadow: Option<&mut Shadow>, end: i64) {
+        if let Some(s) = shadow {
+            for &(n, c) in &place {
+                s.consume(n, c, end);
+            }
+        }
+        let alloc: Vec<(u32, u64)> = place.iter().map(|&(n, c)| (n, self.nodes.take(n, c))).collect();
+        for &(n, _) in &place {
+            self.refresh_reclaim(n);
+        }
+        self.dequeue(j);
+        self.begin_run(j, now, alloc);
+    }
+
+    /// Baseline: whether the job fits within its team's limit on
+    /// non-preemptible GPUs.
+    pub(super) fn within_limit(&self, j: u32) -> bool {
+        let job = &self.jobs[j as usize];
+        self.guaranteed_gpus[job.leaf as usize] + job.held <= self.limit[job.leaf as usize]
+    }
+
+    /// The earliest time and place `j` fits, from the expected releases.
+    pub(super) fn reserve(&mut self, j: u32, now: i64) -> Option<Shadow> {
+        let held = self.jobs[j as usize].held;
+        let g = self.g;
+        let all = self.may_use_all_nodes(j);
+        let mut touched: Vec<u32> = Vec::new();
+        let mut result = None;
+        if held <= g {
+            'scan: for &(t, v) in &self.releases {
+                for &(n, mask) in &self.jobs[v as usize].alloc {
+                    if !self.nodes.usable(n, all) {
+                        continue;
+                    }
+                    if self.extra[n as usize] == 0 {
+                        touched.push(n);
+                    }
+                    self.extra[n as usize] += mask.count_ones();
+                    let free_then = self.nodes.free_on(n) + self.extra[n as usize];
+                    if free_then >= held {
+                        result = Some(Shadow { time: t.max(now), slack: vec![(n, free_then - held)] });
+                        break 'scan;
+                    }
+                }
+            }
+        } else {
+            let need = (held / g) as usize;
+            let mut whole: Vec<u32> = Vec::new();
+            'scan2: for &(t, v) in &self.releases {
+                for &(n, mask) in &self.jobs[v as usize].alloc {
+                    if !self.nodes.usable(n, all) {
+                        continue;
+                    }
+                    if self.extra[n as usize] == 0 {
+                        touched.push(n);
+                    }
+                    self.extra[n as usize] += mask.count_ones();
+                    if self.nodes.free_on(n) + self.extra[n as usize] == g {
+                        whole.push(n);
+                        if whole.len() + self.nodes.whole_free_for(all) as usize >= need {
+                            // Reserve the nodes that free up, then wholly free ones.
+                            let mut nodes = whole.clone();
+                            nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(need - whole.len().min(need)));
+                            nodes.truncate(need);
+                            result = Some(Shadow { time: t.max(now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
+                            break 'scan2;
+                        }
+                    }
+                }
+            }
+        }
+        for n in touched {
+            self.extra[n as usize] = 0;
+        }
+        result
+    }
+}

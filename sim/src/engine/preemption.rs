@@ -1,0 +1,413 @@
+//! Preemption: which running jobs a waiting one may take (the policy
+//! core's answer, with the books' shortcuts cross-checked against it), on
+//! which nodes, and the preemption itself (grace time, claim, requeue).
+
+use allot::contract::PriorityLevel;
+use allot::fairshare::Ranking;
+use allot::budget::LeafId;
+use allot::preempt::{grace_for, may_preempt_with, outranks_by, victim_order, within_team, RunningJob, WaitingJob};
+
+use super::events::EventKind;
+use super::{Engine, PolicyKind, Status};
+
+/// What a failed preemption search depended on: while both stay the
+/// same, searching again cannot succeed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SearchKey {
+    growth: u64,
+    allowed: u64,
+}
+
+/// A way to place a job by preempting: nodes, and victims.
+pub(super) struct PreemptPlan {
+    nodes: Vec<(u32, u32)>,
+    victims: Vec<u32>,
+}
+
+impl Engine<'_> {
+    pub(super) fn running_view(&self, v: u32) -> RunningJob {
+        let job = &self.jobs[v as usize];
+        RunningJob { leaf: Some(job.leaf), contract: job.contract, run_start: job.run_start }
+    }
+
+    pub(super) fn waiting_view(&self, j: u32) -> WaitingJob {
+        let job = &self.jobs[j as usize];
+        WaitingJob { leaf: Some(job.leaf), contract: job.contract, gpus: job.held }
+    }
+
+    /// Whether `j` is a small job (`PreemptRules::is_small`: it preempts
+    /// other leaves with no margin).
+    pub(super) fn is_small(&self, j: u32) -> bool {
+        self.rules.is_small(&self.waiting_view(j))
+    }
+
+    /// `j`'s preemption row: its leaf, and whether it is small. Jobs of one
+    /// row may take the same other leaves' runs.
+    pub(super) fn row_of(&self, j: u32) -> usize {
+        self.jobs[j as usize].leaf as usize * 2 + usize::from(self.is_small(j))
+    }
+
+    /// Whether running job `v` may be preempted for `j` now: the policy's answer.
+    pub(super) fn is_victim(&self, v: u32, j: u32, now: i64, ranking: Option<&Ranking>) -> bool {
+        let victim = &self.jobs[v as usize];
+        if victim.status != Status::Running {
+            return false;
+        }
+        match ranking {
+            Some(r) => may_preempt_with(&self.running_view(v), &self.waiting_view(j), now, r, self.rules).allowed(),
+            None => !victim.contract.is_allocated(),
+        }
+    }
+
+    /// The same answer from the books, for the search: free for all, or
+    /// unprotected in a leaf whose jobs `j`'s leaf may take (row `w` of
+    /// `allowed`, filled by `victim_gpus` this pass), or unprotected in
+    /// `j`'s own leaf with a contract rule 5 lets `j` take.
+    pub(super) fn is_victim_by_books(&self, v: u32, j: u32) -> bool {
+        let victim = &self.jobs[v as usize];
+        let w = self.jobs[j as usize].leaf as usize;
+        let row = self.row_of(j);
+        victim.status == Status::Running
+            && (!victim.contract.is_allocated()
+                || (victim.unprotected
+                    && if victim.leaf as usize == w {
+                        self.same_leaf_possible(j) && within_team(&victim.contract, &self.jobs[j as usize].contract).allowed()
+                    } else {
+                        self.allowed[row * self.leaves + victim.leaf as usize]
+                    }))
+    }
+
+    /// Victim order, lowest first: the policy's `preemption_order`, then
+    /// the latest start (least work lost), then the job id.
+    pub(super) fn victim_key(&self, v: u32, ranking: Option<&Ranking>) -> (u32, i64, u32) {
+        let job = &self.jobs[v as usize];
+        let order = match ranking {
+            Some(r) => victim_order(&self.running_view(v), job.held, self.workload.jobs[v as usize].resumable, r, self.rules),
+            // Baseline: low priority first, when levels are in use.
+            None if self.cfg.baseline_priority_levels => job.contract.priority as u32,
+            None => 0,
+        };
+        (order, -job.run_start, self.workload.jobs[v as usize].job_id)
+    }
+
+    /// GPUs that a job of `j`'s leaf could take by preemption (a fast
+    /// necessary condition before the node-level search), and a signature
+    /// of which leaves' jobs it may take. Fills row `w` of `allowed`.
+    /// Allot: unallocated runs, plus the unprotected runs of every leaf that
+    /// `allot::preempt::outranks` lets `j`'s leaf preempt (`check_policy`
+    /// verifies the choice against `may_preempt` for every running job).
+    pub(super) fn victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
+        let (gpus, sig) = self.cross_victim_gpus(j, ranking);
+        (gpus + self.same_leaf_gpus(j, false), sig)
+    }
+
+    /// [`Self::victim_gpus`] without `j`'s own leaf.
+    pub(super) fn cross_victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
+        let allocated = self.jobs[j as usize].contract.is_allocated();
+        self.cross_victim_gpus_of_row(self.row_of(j), allocated, ranking)
+    }
+
+    /// [`Self::cross_victim_gpus`] for the jobs of preemption row `row`.
+    pub(super) fn cross_victim_gpus_of_row(&mut self, row: usize, allocated: bool, ranking: Option<&Ranking>) -> (u32, u64) {
+        let Some(r) = ranking else { return (self.free_for_all_gpus, 0) };
+        if self.victim_gpus_cache[row].0 == self.passes {
+            // Which leaves is fixed for the pass (the ranking is); how many
+            // of their GPUs are still running is not.
+            let gpus = self.free_for_all_gpus + self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>();
+            return (gpus, self.victim_gpus_cache[row].1);
+        }
+        let (w, small) = (row / 2, row % 2 == 1);
+        // The margin of rule 4: none for small jobs.
+        let margin = if small { 0.0 } else { r.preempt_margin };
+        let mut gpus = self.free_for_all_gpus;
+        let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut list = std::mem::take(&mut self.allowed_list[row]);
+        list.clear();
+        for v in 0..self.leaves {
+            // Unprotected allocated runs of leaf v: the policy's answer for
+            // them depends only on the two leaves and the margin.
+            let allowed = allocated && !self.unprotected[v].is_empty() && outranks_by(v as LeafId, w as LeafId, r, margin).allowed();
+            self.allowed[row * self.leaves + v] = allowed;
+            if allowed {
+                gpus += self.unprotected_gpus[v];
+                sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
+                list.push(v as u32);
+            }
+        }
+        self.allowed_list[row] = list;
+        self.victim_gpus_cache[row] = (self.passes, sig);
+        (gpus, sig)
+    }
+
+    /// GPUs of `j`'s possible victims on node `n`, from the books (an
+    /// upper bound with `same`: every unprotected run of `j`'s own leaf).
+    pub(super) fn reclaimable_on(&self, n: u32, row: usize, same: bool) -> u32 {
+        let w = row / 2;
+        let mut r = self.ffa_on[n as usize];
+        if self.unprot_on_total[n as usize] > 0 {
+            let base = n as usize * self.leaves;
+            for &v in &self.allowed_list[row] {
+                r += self.unprot_on[base + v as usize];
+            }
+            if same {
+                r += self.unprot_on[base + w];
+            }
+        }
+        r
+    }
+
+    /// Allot with preemption within a team: `j` may take GPUs of some
+    /// unprotected runs of its own leaf (a priority above low is needed).
+    pub(super) fn same_leaf_possible(&self, j: u32) -> bool {
+        let job = &self.jobs[j as usize];
+        self.cfg.policy == PolicyKind::Allot
+            && self.rules.within_team
+            && job.contract.is_allocated()
+            && job.contract.priority > PriorityLevel::Low
+            && !self.unprotected[job.leaf as usize].is_empty()
+    }
+
+    /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
+    /// (rule 5, `allot::preempt::within_team`). `any_guarantee`: ignoring
+    /// the minimum-runtime part, for a bound over every job of `j`'s group.
+    pub(super) fn same_leaf_gpus(&mut self, j: u32, any_guarantee: bool) -> u32 {
+        if !self.same_leaf_possible(j) {
+            return 0;
+        }
+        let job = &self.jobs[j as usize];
+        let mut waiting = job.contract;
+        if any_guarantee {
+            waiting.min_runtime = 0;
+        }
+        let leaf = job.leaf;
+        let version = self.unprotected_version[leaf as usize];
+        let key = (leaf, waiting.priority, waiting.min_runtime);
+        if let Some(&(v, gpus)) = self.same_leaf_cache.get(&key) {
+            if v == version {
+                return gpus;
+            }
+        }
+        let gpus = self.unprotected[leaf as usize]
+            .iter()
+            .filter(|&&v| within_team(&self.jobs[v as usize].contract, &waiting).allowed())
+            .map(|&v| self.jobs[v as usize].held)
+            .sum();
+        self.same_leaf_cache.insert(key, (version, gpus));
+        gpus
+    }
+
+    /// Finds nodes and victims that make room for `j`, or `None`.
+    /// Preemption ignores the backfill reservation, as Slurm's main
+    /// scheduler preempts without knowing of backfill's plans.
+    pub(super) fn plan_preemption(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, searches: &mut usize) -> Option<PreemptPlan> {
+        let held = self.jobs[j as usize].held;
+        let (victim_gpus, sig) = self.victim_gpus(j, ranking);
+        if self.cfg.check_policy {
+            self.check_victim_total(j, now, ranking, victim_gpus);
+        }
+        let all = self.may_use_all_nodes(j);
+        if self.nodes.free_total_for(all) + victim_gpus < held {
+            return None;
+        }
+        let w = self.jobs[j as usize].leaf as usize;
+        let g = self.g;
+        let whole = held > g;
+        let need = held.min(g);
+        let nodes_needed = if whole { (held / g) as usize } else { 1 };
+        let key = SearchKey { growth: self.growth, allowed: sig };
+        if self.failed_search[j as usize] == Some(key) {
+            return None; // nothing that could help has changed since the last search failed
+        }
+        // Room only shrinks during a pass: a smaller job of the same leaf,
+        // with no fewer possible victims, found none.
+        let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
+        let small = self.is_small(j);
+        let row = self.row_of(j);
+        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
+        if stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small) {
+            return None;
+        }
+        let fail = |this: &mut Self| {
+            this.failed_search[j as usize] = Some(key);
+            let passes = this.passes;
+            let e = &mut this.leaf_fail[w];
+            if e.0 != passes || held < e.1 {
+                *e = (passes, held, prio, minrt, small);
+            }
+        };
+        let same = self.same_leaf_possible(j);
+        // Nodes where free GPUs and this job's possible victims make room.
+        let mut candidates: Vec<u32> = Vec::new();
+        for ub in need..=g {
+            for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
+                let free = self.nodes.free_on(n);
+                if free < need && free + self.reclaimable_on(n, row, same) >= need {
+                    candidates.push(n);
+                }
+            }
+        }
+        let free_nodes: Vec<u32> = if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(nodes_needed).collect() } else { Vec::new() };
+        if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
+            fail(self);
+            return None;
+        }
+        *searches += 1;
+        self.preempt_searches += 1;
+        let mut best: Vec<((u32, u32, u32), Vec<u32>)> = Vec::new();
+        let mut victims: Vec<((u32, i64, u32), u32)> = Vec::new();
+        for &n in &candidates {
+            victims.clear();
+            let mut blocked = false;
+            for &v in &self.on_node[n as usize] {
+                if self.is_victim_by_books(v, j) {
+                    victims.push((self.victim_key(v, ranking), v));
+                } else if whole {
+                    blocked = true; // a whole node is needed and this job stays
+                    break;
+                }
+            }
+            if blocked {
+                continue;
+            }
+            victims.sort_unstable();
+            let mut got = self.nodes.free_on(n);
+            let mut taken = Vec::new();
+            let (mut worst, mut preempted) = (0u32, 0u32);
+            for &(key, v) in &victims {
+                if got >= need {
+                    break;
+                }
+                let on = self.gpus_on(v, n);
+                got += on;
+                preempted += on;
+                worst = worst.max(key.0);
+                taken.push(v);
+            }
+            if got >= need {
+                best.push(((worst, preempted, n), taken));
+            }
+        }
+        if best.is_empty() || best.len() + free_nodes.len() < nodes_needed {
+            fail(self);
+            return None;
+        }
+        // Lowest in the preemption order first, then fewest GPUs preempted.
+        best.sort_unstable_by_key(|b| b.0);
+        let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
+        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new() };
+        for ((_, _, n), taken) in best.into_iter().take(from_victims) {
+            plan.nodes.push((n, need));
+            for v in taken {
+                if !plan.victims.contains(&v) {
+                    plan.victims.push(v);
+                }
+            }
+        }
+        for n in free_nodes.into_iter().take(nodes_needed - plan.nodes.len()) {
+            plan.nodes.push((n, need));
+        }
+        // Every victim, asked of the policy itself.
+        for &v in &plan.victims {
+            if !self.is_victim(v, j, now, ranking) {
+                assert!(!self.cfg.check_policy, "job {v} chosen from the books as a victim for job {j}, but may_preempt refuses");
+                fail(self);
+                return None;
+            }
+        }
+        Some(plan)
+    }
+
+    pub(super) fn gpus_on(&self, v: u32, node: u32) -> u32 {
+        self.jobs[v as usize].alloc.iter().filter(|(n, _)| *n == node).map(|(_, m)| m.count_ones()).sum()
+    }
+
+    /// Tests: the fast victim total is what asking `may_preempt` of every
+    /// running job gives.
+    pub(super) fn check_victim_total(&self, j: u32, now: i64, ranking: Option<&Ranking>, fast: u32) {
+        let slow: u32 = (0..self.jobs.len() as u32).filter(|&v| self.is_victim(v, j, now, ranking)).map(|v| self.jobs[v as usize].held).sum();
+        if fast != slow {
+            let detail: Vec<String> = (0..self.jobs.len() as u32)
+                .filter(|&v| self.jobs[v as usize].status == Status::Running)
+                .map(|v| {
+                    let job = &self.jobs[v as usize];
+                    format!(
+                        "job {v} leaf {} held {} allocated {} unprotected {} policy {}",
+                        job.leaf,
+                        job.held,
+                        job.contract.is_allocated(),
+                        job.unprotected,
+                        self.is_victim(v, j, now, ranking)
+                    )
+                })
+                .collect();
+            panic!(
+                "{:?}: victim GPUs for job {j} (leaf {}) at {now}: shortcut {fast}, policy {slow}\n{}",
+                self.cfg.policy,
+                self.jobs[j as usize].leaf,
+                detail.join("\n")
+            );
+        }
+        for v in 0..self.jobs.len() as u32 {
+            if ranking.is_some() && self.jobs[v as usize].status == Status::Running {
+                assert_eq!(self.is_victim_by_books(v, j), self.is_victim(v, j, now, ranking), "books and policy disagree on job {v} as a victim of job {j}");
+            }
+        }
+    }
+
+    /// A victim's grace time: allot's `grace_for` (unallocated runs get
+    /// `unallocated_grace`); baseline: the one grace time for all.
+    pub(super) fn grace_of(&self, v: u32) -> i64 {
+        match self.cfg.policy {
+            PolicyKind::Allot => grace_for(&self.running_view(v), &self.cfg.tree.settings),
+            PolicyKind::Baseline => self.cfg.tree.settings.grace.max(0),
+        }
+    }
+
+    pub(super) fn execute_preemption(&mut self, j: u32, now: i64, plan: PreemptPlan) {
+        // The preemptor starts when the last of its victims is gone.
+        let grace = plan.victims.iter().map(|&v| self.grace_of(v)).max().unwrap_or(0);
+        self.dequeue(j);
+        let mut alloc = Vec::new();
+        let mut owed = Vec::new();
+        for &(n, need) in &plan.nodes {
+            let take = self.nodes.free_on(n).min(need);
+            if take > 0 {
+                self.claimed += take;
+                alloc.push((n, self.nodes.take(n, take)));
+                self.refresh_reclaim(n);
+                if !self.on_node[n as usize].contains(&j) {
+                    self.on_node[n as usize].push(j);
+                }
+            }
+            owed.push((n, need - take));
+        }
+        if self.cfg.policy == PolicyKind::Baseline {
+            // Hold its place within the team's limit through the grace time.
+            let job = &self.jobs[j as usize];
+            self.guaranteed_gpus[job.leaf as usize] += job.held;
+        }
+        let job = &mut self.jobs[j as usize];
+        job.status = Status::Starting;
+        job.alloc = alloc;
+        job.owed = owed;
+        let start_at = now + grace;
+        let expected_end = start_at + self.remaining(j);
+        self.set_release(j, expected_end);
+        for &v in &plan.victims {
+            let grace = self.grace_of(v);
+            self.drop_victim_books(v);
+            let victim = &mut self.jobs[v as usize];
+            victim.status = Status::Grace;
+            victim.signal_at = now;
+            victim.kill_at = now + grace;
+            victim.claim_for = Some(j);
+            let (natural_end, run_no) = (victim.natural_end, victim.run_no);
+            if now + grace < natural_end {
+                self.queue.push(now + grace, EventKind::Release, v, run_no);
+            }
+            // Its GPUs go to j, free for others only when j ends.
+            self.set_release(v, expected_end);
+        }
+        self.queue.push(start_at, EventKind::StartClaimed, j, 0);
+    }
+}
