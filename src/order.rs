@@ -43,18 +43,71 @@ pub const PRIORITY_BOTTOM: u32 = 1_000;
 
 const LEVELS: usize = 3;
 
-/// The job's group: position of (tier, leaf rank, declared priority) in the
-/// order, 0 first. `None` if the leaf is unknown to this ranking.
+/// What of a job's place in the order stays fixed while it waits: its tier
+/// (allocated or not), its leaf and its declared priority. Jobs of one group
+/// follow each other in (submit time, job id) order whatever the ranking;
+/// the ranking only orders the groups ([`order_groups`]). So a scheduler may
+/// keep its pending jobs per group and order just the groups, as the
+/// simulator does, and [`order_jobs`] is that merge.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueGroup {
+    pub allocated: bool,
+    pub leaf: LeafId,
+    pub priority: PriorityLevel,
+}
+
+impl QueueGroup {
+    pub fn of(job: &PendingJob) -> QueueGroup {
+        QueueGroup { allocated: job.allocated, leaf: job.leaf, priority: job.priority }
+    }
+
+    /// How many groups a tree of `leaves` leaves has.
+    pub fn count(leaves: usize) -> usize {
+        2 * leaves * LEVELS
+    }
+
+    /// A dense index in `0..count(leaves)` that does not depend on the
+    /// ranking (for tables of groups).
+    pub fn index(&self, leaves: usize) -> usize {
+        (usize::from(!self.allocated) * leaves + self.leaf as usize) * LEVELS + Self::level(self.priority)
+    }
+
+    /// The group at `index` (the inverse of [`QueueGroup::index`]).
+    pub fn at(index: usize, leaves: usize) -> QueueGroup {
+        let level = index % LEVELS;
+        let rest = index / LEVELS;
+        let priority = [PriorityLevel::High, PriorityLevel::Normal, PriorityLevel::Low][level];
+        QueueGroup { allocated: rest < leaves, leaf: (rest % leaves.max(1)) as LeafId, priority }
+    }
+
+    /// Position of the group in the order under `ranking`, 0 first: tier,
+    /// then the leaf's rank, then the declared priority, high first. `None`
+    /// if the leaf is unknown to this ranking.
+    pub fn position(&self, ranking: &Ranking) -> Option<usize> {
+        let rank = *ranking.leaf_rank.get(self.leaf as usize)? as usize;
+        Some((usize::from(!self.allocated) * ranking.leaves() + rank) * LEVELS + Self::level(self.priority))
+    }
+
+    fn level(priority: PriorityLevel) -> usize {
+        match priority {
+            PriorityLevel::High => 0,
+            PriorityLevel::Normal => 1,
+            PriorityLevel::Low => 2,
+        }
+    }
+}
+
+/// Indices into `groups`, first served first: each group where its jobs
+/// come in [`order_jobs`]; unknown leaves last, in the order given.
+pub fn order_groups(ranking: &Ranking, groups: &[QueueGroup]) -> Vec<usize> {
+    let mut keyed: Vec<(usize, usize)> = groups.iter().enumerate().map(|(i, g)| (g.position(ranking).unwrap_or(usize::MAX), i)).collect();
+    keyed.sort_unstable();
+    keyed.into_iter().map(|(_, i)| i).collect()
+}
+
+/// The job's group's position in the order (see [`QueueGroup::position`]).
 fn group_of(ranking: &Ranking, job: &PendingJob) -> Option<usize> {
-    let leaves = ranking.leaves();
-    let rank = *ranking.leaf_rank.get(job.leaf as usize)? as usize;
-    let tier = usize::from(!job.allocated);
-    let level = match job.priority {
-        PriorityLevel::High => 0,
-        PriorityLevel::Normal => 1,
-        PriorityLevel::Low => 2,
-    };
-    Some((tier * leaves + rank) * LEVELS + level)
+    QueueGroup::of(job).position(ranking)
 }
 
 /// Sort key: group, then submit time, then job id; unknown leaves last.
@@ -170,6 +223,23 @@ mod tests {
         let (_, prio) = PriorityMap::build(&r, &jobs);
         let by_order: Vec<u32> = order_jobs(&r, &jobs).into_iter().map(|i| prio[i]).collect();
         assert!(by_order.windows(2).all(|w| w[0] > w[1]), "{by_order:?}");
+    }
+
+    #[test]
+    fn groups_index_both_ways_and_order_as_their_jobs_do() {
+        let (_, r) = ranking();
+        use PriorityLevel::*;
+        for i in 0..QueueGroup::count(2) {
+            assert_eq!(QueueGroup::at(i, 2).index(2), i);
+        }
+        let groups = [
+            QueueGroup { allocated: false, leaf: 1, priority: High },
+            QueueGroup { allocated: true, leaf: 0, priority: High },
+            QueueGroup { allocated: true, leaf: 1, priority: Low },
+            QueueGroup { allocated: true, leaf: 1, priority: Normal },
+        ];
+        // b ranks first; within b, normal before low; the unallocated tier last.
+        assert_eq!(order_groups(&r, &groups), vec![3, 2, 1, 0]);
     }
 
     #[test]

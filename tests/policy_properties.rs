@@ -6,7 +6,7 @@ use allot::contract::{parse_comment, Contract, ContractRules, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
 use allot::fairshare::Ranking;
 use allot::occupancy::{usage_in_window, Interval, OccupancyWindow};
-use allot::order::{order_jobs, PendingJob, PriorityMap};
+use allot::order::{order_groups, order_jobs, PendingJob, PriorityMap, QueueGroup};
 use allot::preempt::{grace_for, may_preempt, may_preempt_with, victim_order, PreemptDecision, PreemptRules, RunningJob, WaitingJob};
 use proptest::prelude::*;
 
@@ -232,6 +232,46 @@ proptest! {
         for w in order.windows(2) {
             prop_assert!(prio[w[0]] > prio[w[1]], "{:?} then {:?}", all[w[0]], all[w[1]]);
         }
+    }
+
+    /// The simulator keeps pending jobs per group and orders only groups:
+    /// that merge must be exactly `order_jobs`.
+    #[test]
+    fn ordering_groups_then_each_group_by_arrival_is_order_jobs(
+        (parents, shares) in arb_tree(),
+        usage in prop::collection::vec(0i64..1_000_000, 40),
+        jobs in prop::collection::vec((0u32..40, any::<bool>(), 0u8..3, 0i64..50), 1..200),
+    ) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let leaves = t.leaves.len();
+        let charged: Vec<i64> = (0..leaves).map(|i| usage.get(i).copied().unwrap_or(0)).collect();
+        let r = Ranking::compute(&t, &charged, 8, 0);
+        let level = |l: u8| [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High][l as usize];
+        // Few submit times, so ties on submit time are broken by job id.
+        let all: Vec<PendingJob> = jobs
+            .iter()
+            .enumerate()
+            .map(|(i, &(leaf, allocated, l, submit))| PendingJob {
+                job_id: (jobs.len() - i) as u32,
+                leaf: (leaf as usize % leaves) as LeafId,
+                allocated,
+                priority: level(l),
+                submit_time: submit,
+            })
+            .collect();
+        let mut table: Vec<Vec<usize>> = vec![Vec::new(); QueueGroup::count(leaves)];
+        for (i, job) in all.iter().enumerate() {
+            let g = QueueGroup::of(job);
+            prop_assert_eq!(QueueGroup::at(g.index(leaves), leaves), g);
+            table[g.index(leaves)].push(i);
+        }
+        for members in &mut table {
+            members.sort_by_key(|&i| (all[i].submit_time, all[i].job_id));
+        }
+        let nonempty: Vec<usize> = (0..table.len()).filter(|&g| !table[g].is_empty()).collect();
+        let keys: Vec<QueueGroup> = nonempty.iter().map(|&g| QueueGroup::at(g, leaves)).collect();
+        let merged: Vec<usize> = order_groups(&r, &keys).into_iter().flat_map(|k| table[nonempty[k]].clone()).collect();
+        prop_assert_eq!(merged, order_jobs(&r, &all));
     }
 }
 

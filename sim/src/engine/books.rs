@@ -4,6 +4,7 @@
 //! preemption could take.
 
 use allot::contract::PriorityLevel;
+use allot::order::QueueGroup;
 
 use super::events::EventKind;
 use super::{Engine, PolicyKind, Run, RunEnd, Status};
@@ -15,7 +16,7 @@ impl Engine<'_> {
         let level = PriorityLevel::High as usize - job.contract.priority as usize;
         let tier = usize::from(!job.contract.is_allocated());
         match self.cfg.policy {
-            PolicyKind::Allot => (tier * self.leaves + job.leaf as usize) * 3 + level,
+            PolicyKind::Allot => QueueGroup { allocated: job.contract.is_allocated(), leaf: job.leaf, priority: job.contract.priority }.index(self.leaves),
             // Preemptible (scavenger) jobs after all others, as a low-priority QOS.
             PolicyKind::Baseline if self.cfg.baseline_priority_levels => tier * 3 + level,
             PolicyKind::Baseline => tier * 3,

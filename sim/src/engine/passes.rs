@@ -3,7 +3,7 @@
 //! the backfill reservation (EASY: one per pass).
 
 use allot::fairshare::Ranking;
-use allot::order::{order_jobs, PendingJob};
+use allot::order::{order_groups, order_jobs, PendingJob, QueueGroup};
 
 use super::{Engine, PolicyKind};
 
@@ -206,16 +206,16 @@ impl Engine<'_> {
     }
 
     /// Non-empty groups, first to be served first. For allot, the groups'
-    /// order is the policy's: `order_jobs` on one job per group (its first),
-    /// since jobs of one group follow each other in (submit, id) order.
+    /// order is the policy's (`allot::order::order_groups`); jobs of one
+    /// group follow each other in (submit, id) order.
     pub(super) fn group_order(&self, ranking: Option<&Ranking>) -> Vec<usize> {
         let nonempty = (0..self.groups.len()).filter(|&g| !self.groups[g].is_empty());
         match ranking {
             None => nonempty.collect(),
             Some(r) => {
                 let groups: Vec<usize> = nonempty.collect();
-                let heads: Vec<PendingJob> = groups.iter().map(|&g| self.pending_job(*self.groups[g].iter().next().expect("non-empty"))).collect();
-                order_jobs(r, &heads).into_iter().map(|i| groups[i]).collect()
+                let keys: Vec<QueueGroup> = groups.iter().map(|&g| QueueGroup::at(g, self.leaves)).collect();
+                order_groups(r, &keys).into_iter().map(|i| groups[i]).collect()
             }
         }
     }
