@@ -60,73 +60,10 @@ fn ratio_key(ratio: f64) -> u64 {
 
 impl Ranking {
     /// Ranks the tree's nodes given each leaf's charged GPU-seconds in the
-    /// window (`charged[leaf]`, see [`crate::occupancy`]).
+    /// window (`charged[leaf]`, see [`crate::occupancy`]). To rank one tree
+    /// again and again, a [`Ranker`] does the same without allocating.
     pub fn compute(tree: &BudgetTree, charged: &[i64], capacity_gpus: u32, now: UnixTime) -> Ranking {
-        let lookback = tree.settings.lookback;
-        let n = tree.nodes.len();
-        let capacity = capacity_gpus.max(1) as f64 * lookback.max(1) as f64;
-        let mut usage = vec![0i64; n];
-        for (leaf, &node) in tree.leaves.iter().enumerate() {
-            usage[node as usize] = charged.get(leaf).copied().unwrap_or(0);
-        }
-        // Nodes are stored parents-first, so one reverse pass sums subtrees.
-        for id in (1..n).rev() {
-            let parent = tree.nodes[id].parent.unwrap_or(0) as usize;
-            usage[parent] += usage[id];
-        }
-        let mut standings: Vec<Standing> = tree
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(id, node)| {
-                let allocation = node.effective_share * capacity;
-                let ratio = if usage[id] == 0 { 0.0 } else { usage[id] as f64 / allocation };
-                Standing { usage: usage[id], allocation, ratio, sibling_rank: 0, siblings: 1 }
-            })
-            .collect();
-
-        // Order siblings, then walk depth-first.
-        let mut ordered_children: Vec<Vec<NodeId>> = Vec::with_capacity(n);
-        for node in &tree.nodes {
-            let mut kids = node.children.clone();
-            kids.sort_by(|&a, &b| {
-                let (na, nb) = (&tree.nodes[a as usize], &tree.nodes[b as usize]);
-                ratio_key(standings[a as usize].ratio)
-                    .cmp(&ratio_key(standings[b as usize].ratio))
-                    .then(nb.effective_share.total_cmp(&na.effective_share))
-                    .then_with(|| na.name.cmp(&nb.name))
-            });
-            let count = kids.len() as u32;
-            for (rank, &k) in kids.iter().enumerate() {
-                standings[k as usize].sibling_rank = rank as u32;
-                standings[k as usize].siblings = count;
-            }
-            ordered_children.push(kids);
-        }
-        let mut leaves_in_order = Vec::with_capacity(tree.leaves.len());
-        let mut stack: Vec<NodeId> = vec![0];
-        while let Some(id) = stack.pop() {
-            if let Some(leaf) = tree.nodes[id as usize].leaf {
-                leaves_in_order.push(leaf);
-            }
-            stack.extend(ordered_children[id as usize].iter().rev());
-        }
-        let mut leaf_rank = vec![0u32; tree.leaves.len()];
-        for (rank, &leaf) in leaves_in_order.iter().enumerate() {
-            leaf_rank[leaf as usize] = rank as u32;
-        }
-        Ranking {
-            now,
-            capacity_gpus,
-            lookback,
-            preempt_margin: tree.settings.preempt_margin,
-            standings,
-            leaf_rank,
-            leaves_in_order,
-            parent: tree.nodes.iter().map(|nd| nd.parent.unwrap_or(0)).collect(),
-            depth: tree.nodes.iter().map(|nd| nd.depth).collect(),
-            leaf_node: tree.leaves.clone(),
-        }
+        Ranker::new(tree).rank(charged, capacity_gpus, now)
     }
 
     pub fn leaves(&self) -> usize {
@@ -172,6 +109,144 @@ impl Ranking {
         }
         out.reverse();
         out
+    }
+}
+
+/// Ranks one tree again and again (a scheduler ranks at every pass): what
+/// does not change between rankings (the tree's shape, each node's tie
+/// order among its siblings) is worked out once, and the buffers are kept.
+/// [`Ranker::rank_into`] gives exactly [`Ranking::compute`]'s result.
+#[derive(Debug, Clone)]
+pub struct Ranker {
+    lookback: Seconds,
+    preempt_margin: f64,
+    effective_share: Vec<f64>,
+    parent: Vec<NodeId>,
+    depth: Vec<u32>,
+    leaf_node: Vec<NodeId>,
+    node_leaf: Vec<Option<LeafId>>,
+    /// Children of node `i`: `children[child_start[i]..child_start[i + 1]]`,
+    /// sorted in place by each ranking.
+    child_start: Vec<usize>,
+    children: Vec<NodeId>,
+    /// Position among its siblings when ratios tie: larger effective share
+    /// first, then the name in byte order.
+    tie: Vec<u32>,
+    usage: Vec<i64>,
+    key: Vec<u64>,
+    stack: Vec<NodeId>,
+}
+
+impl Ranker {
+    pub fn new(tree: &BudgetTree) -> Ranker {
+        let n = tree.nodes.len();
+        let mut child_start = Vec::with_capacity(n + 1);
+        let mut children = Vec::with_capacity(n);
+        let mut tie = vec![0u32; n];
+        for node in &tree.nodes {
+            child_start.push(children.len());
+            let mut kids = node.children.clone();
+            kids.sort_by(|&a, &b| {
+                let (na, nb) = (&tree.nodes[a as usize], &tree.nodes[b as usize]);
+                nb.effective_share.total_cmp(&na.effective_share).then_with(|| na.name.cmp(&nb.name))
+            });
+            for (pos, &k) in kids.iter().enumerate() {
+                tie[k as usize] = pos as u32;
+            }
+            children.extend(kids);
+        }
+        child_start.push(children.len());
+        Ranker {
+            lookback: tree.settings.lookback,
+            preempt_margin: tree.settings.preempt_margin,
+            effective_share: tree.nodes.iter().map(|nd| nd.effective_share).collect(),
+            parent: tree.nodes.iter().map(|nd| nd.parent.unwrap_or(0)).collect(),
+            depth: tree.nodes.iter().map(|nd| nd.depth).collect(),
+            leaf_node: tree.leaves.clone(),
+            node_leaf: tree.nodes.iter().map(|nd| nd.leaf).collect(),
+            child_start,
+            children,
+            tie,
+            usage: vec![0; n],
+            key: vec![0; n],
+            stack: Vec::with_capacity(n),
+        }
+    }
+
+    /// [`Ranking::compute`] for this ranker's tree.
+    pub fn rank(&mut self, charged: &[i64], capacity_gpus: u32, now: UnixTime) -> Ranking {
+        let mut out = Ranking {
+            now,
+            capacity_gpus,
+            lookback: self.lookback,
+            preempt_margin: self.preempt_margin,
+            standings: Vec::new(),
+            leaf_rank: Vec::new(),
+            leaves_in_order: Vec::new(),
+            parent: Vec::new(),
+            depth: Vec::new(),
+            leaf_node: Vec::new(),
+        };
+        self.rank_into(charged, capacity_gpus, now, &mut out);
+        out
+    }
+
+    /// Ranks into `out`, reusing its buffers (`out` may come from any
+    /// earlier ranking, of this tree or another).
+    pub fn rank_into(&mut self, charged: &[i64], capacity_gpus: u32, now: UnixTime, out: &mut Ranking) {
+        let n = self.parent.len();
+        let capacity = capacity_gpus.max(1) as f64 * self.lookback.max(1) as f64;
+        self.usage.iter_mut().for_each(|u| *u = 0);
+        for (leaf, &node) in self.leaf_node.iter().enumerate() {
+            self.usage[node as usize] = charged.get(leaf).copied().unwrap_or(0);
+        }
+        // Nodes are stored parents-first, so one reverse pass sums subtrees.
+        for id in (1..n).rev() {
+            let parent = self.parent[id] as usize;
+            self.usage[parent] += self.usage[id];
+        }
+        out.standings.clear();
+        for id in 0..n {
+            let allocation = self.effective_share[id] * capacity;
+            let usage = self.usage[id];
+            let ratio = if usage == 0 { 0.0 } else { usage as f64 / allocation };
+            self.key[id] = ratio_key(ratio);
+            out.standings.push(Standing { usage, allocation, ratio, sibling_rank: 0, siblings: 1 });
+        }
+        // Order siblings (ratio, then the tie order: a total order, so the
+        // result does not depend on the previous ranking's order), then walk
+        // depth-first.
+        for id in 0..n {
+            let kids = &mut self.children[self.child_start[id]..self.child_start[id + 1]];
+            let (key, tie) = (&self.key, &self.tie);
+            kids.sort_unstable_by_key(|&k| (key[k as usize], tie[k as usize]));
+            let count = kids.len() as u32;
+            for (rank, &k) in kids.iter().enumerate() {
+                out.standings[k as usize].sibling_rank = rank as u32;
+                out.standings[k as usize].siblings = count;
+            }
+        }
+        out.leaves_in_order.clear();
+        self.stack.clear();
+        self.stack.push(0);
+        while let Some(id) = self.stack.pop() {
+            if let Some(leaf) = self.node_leaf[id as usize] {
+                out.leaves_in_order.push(leaf);
+            }
+            self.stack.extend(self.children[self.child_start[id as usize]..self.child_start[id as usize + 1]].iter().rev());
+        }
+        out.leaf_rank.clear();
+        out.leaf_rank.resize(self.leaf_node.len(), 0);
+        for (rank, &leaf) in out.leaves_in_order.iter().enumerate() {
+            out.leaf_rank[leaf as usize] = rank as u32;
+        }
+        out.now = now;
+        out.capacity_gpus = capacity_gpus;
+        out.lookback = self.lookback;
+        out.preempt_margin = self.preempt_margin;
+        out.parent.clone_from(&self.parent);
+        out.depth.clone_from(&self.depth);
+        out.leaf_node.clone_from(&self.leaf_node);
     }
 }
 

@@ -4,7 +4,7 @@
 use allot::budget::{BudgetTree, LeafId};
 use allot::contract::{parse_comment, Contract, ContractRules, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
-use allot::fairshare::Ranking;
+use allot::fairshare::{Ranker, Ranking};
 use allot::occupancy::{usage_in_window, Interval, OccupancyWindow};
 use allot::order::{order_groups, order_jobs, PendingJob, PriorityMap, QueueGroup};
 use allot::preempt::{grace_for, may_preempt, may_preempt_with, victim_order, PreemptDecision, PreemptRules, RunningJob, WaitingJob};
@@ -121,6 +121,71 @@ proptest! {
         charged[leaf] += extra;
         let after = Ranking::compute(&t, &charged, 8, 0).leaf_rank[leaf];
         prop_assert!(after >= before, "rank went from {before} to {after}");
+    }
+
+    /// The ranking by its documented rule, written plainly: siblings by
+    /// ratio (to 1e-9), then the larger effective share, then the name.
+    /// A ranker reused over many usages (its sibling orders left from the
+    /// previous one) and a ranking written over another tree's agree with it.
+    #[test]
+    fn a_reused_ranker_ranks_by_the_documented_rule(
+        (parents, _) in arb_tree(),
+        share_steps in prop::collection::vec(1u32..4, 40),
+        usages in prop::collection::vec(arb_usage(), 1..6),
+        capacity in 1u32..2000,
+    ) {
+        let shares: Vec<f64> = parents.iter().enumerate().map(|(i, _)| f64::from(share_steps[i % 40])).collect();
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let mut ranker = Ranker::new(&t);
+        let other = parse(&tree_toml(&[0, 0, 1], &[1.0, 2.0, 3.0], 1.0));
+        let mut out = Ranking::compute(&other, &[5, 0], 8, 0);
+        for usage in &usages {
+            ranker.rank_into(usage, capacity, 7, &mut out);
+            // The reference.
+            let n = t.nodes.len();
+            let mut sub = vec![0i64; n];
+            for (leaf, &node) in t.leaves.iter().enumerate() {
+                let mut cur = Some(node);
+                while let Some(c) = cur {
+                    sub[c as usize] += usage.get(leaf).copied().unwrap_or(0);
+                    cur = t.nodes[c as usize].parent;
+                }
+            }
+            let window = f64::from(capacity) * t.settings.lookback as f64;
+            let ratio = |id: usize| if sub[id] == 0 { 0.0 } else { sub[id] as f64 / (t.nodes[id].effective_share * window) };
+            let mut expected = Vec::new();
+            let mut stack = vec![0usize];
+            while let Some(id) = stack.pop() {
+                if let Some(leaf) = t.nodes[id].leaf {
+                    expected.push(leaf);
+                }
+                let mut kids: Vec<usize> = t.nodes[id].children.iter().map(|&k| k as usize).collect();
+                kids.sort_by(|&a, &b| {
+                    ((ratio(a) * 1e9).round() as u64)
+                        .cmp(&((ratio(b) * 1e9).round() as u64))
+                        .then(t.nodes[b].effective_share.total_cmp(&t.nodes[a].effective_share))
+                        .then_with(|| t.nodes[a].name.cmp(&t.nodes[b].name))
+                });
+                for (rank, &k) in kids.iter().enumerate() {
+                    prop_assert_eq!(out.standings[k].sibling_rank, rank as u32);
+                    prop_assert_eq!(out.standings[k].siblings, kids.len() as u32);
+                    prop_assert_eq!(out.standings[k].usage, sub[k]);
+                }
+                stack.extend(kids.iter().rev());
+            }
+            prop_assert_eq!(&out.leaves_in_order, &expected);
+            for (rank, &leaf) in expected.iter().enumerate() {
+                prop_assert_eq!(out.leaf_rank[leaf as usize], rank as u32);
+            }
+            prop_assert_eq!(out.now, 7);
+            let fresh = Ranking::compute(&t, usage, capacity, 7);
+            prop_assert_eq!(&fresh.leaves_in_order, &out.leaves_in_order);
+            prop_assert_eq!(&fresh.standings, &out.standings);
+            for &a in &t.leaves.iter().map(|&nd| t.nodes[nd as usize].leaf.unwrap()).collect::<Vec<_>>() {
+                prop_assert_eq!(fresh.levels_of(a), out.levels_of(a));
+                prop_assert_eq!(fresh.divergence(a, 0), out.divergence(a, 0));
+            }
+        }
     }
 
     #[test]

@@ -44,6 +44,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use allot::contract::{Contract, PriorityLevel};
 use allot::budget::BudgetTree;
+use allot::fairshare::{Ranker, Ranking};
 use allot::occupancy::OccupancyWindow;
 use allot::preempt::PreemptRules;
 use serde::Serialize;
@@ -312,6 +313,9 @@ pub(crate) struct Engine<'a> {
     releases: BTreeSet<(i64, u32)>,
     window: OccupancyWindow,
     usage: Vec<i64>,
+    /// Allot ranks at every pass: one ranker and one ranking, reused.
+    ranker: Ranker,
+    ranking: Option<Ranking>,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
@@ -447,6 +451,8 @@ impl<'a> Engine<'a> {
             releases: BTreeSet::new(),
             window: OccupancyWindow::new(leaves, cfg.tree.settings.lookback, start),
             usage: Vec::with_capacity(leaves),
+            ranker: Ranker::new(&cfg.tree),
+            ranking: None,
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
             unprotected_version: vec![0; leaves],

@@ -70,7 +70,14 @@ impl Engine<'_> {
         let ranking = match self.cfg.policy {
             PolicyKind::Allot => {
                 self.window.usage_all(now, &mut self.usage);
-                Some(Ranking::compute(&self.cfg.tree, &self.usage, self.cfg.cluster.capacity(), now))
+                let capacity = self.cfg.cluster.capacity();
+                Some(match self.ranking.take() {
+                    Some(mut r) => {
+                        self.ranker.rank_into(&self.usage, capacity, now, &mut r);
+                        r
+                    }
+                    None => self.ranker.rank(&self.usage, capacity, now),
+                })
             }
             PolicyKind::Baseline => None,
         };
@@ -114,6 +121,7 @@ impl Engine<'_> {
             }
             tested += len.min(remaining);
         }
+        self.ranking = ranking; // its buffers serve the next pass
     }
 
     /// One job's turn in a pass: start it, preempt for it, or (the first
