@@ -177,6 +177,68 @@ fn with_steady_demand_delivered_shares_converge_to_budget_shares() {
     }
 }
 
+/// What a leaf's delivered share tends to, minus its budget share, when the
+/// window is so short that leaves take turns (README, "Choosing the
+/// lookback"): level by level, siblings get shares in proportion to the
+/// square roots of their shares, `sqrt(s_k) / sum_j sqrt(s_j)`.
+fn turn_taking_excess(tree: &BudgetTree) -> Vec<f64> {
+    (0..tree.leaves.len() as u32)
+        .map(|leaf| {
+            let mut share = 1.0;
+            let mut node = tree.leaves[leaf as usize];
+            while let Some(parent) = tree.node(node).parent {
+                let siblings: f64 = tree.node(parent).children.iter().map(|&c| tree.node(c).effective_share.sqrt()).sum();
+                share *= tree.node(node).effective_share.sqrt() / siblings;
+                node = parent;
+            }
+            share - tree.leaf_node(leaf).effective_share
+        })
+        .collect()
+}
+
+/// The bound the README states for short lookbacks ("Choosing the
+/// lookback"), on the steady workload of the convergence test: a leaf's
+/// delivered share differs from its budget share by at most
+/// `(|excess| + 0.01) x min(1.6, 5 x L / lookback) + 0.005`, where `excess`
+/// is [`turn_taking_excess`] and L the jobs' runtime weighted by GPU-time
+/// (1, 2 and 3 h equally often: 14/6 h). And the over-service is real: at
+/// 6 h the 10% leaf of the flat budget gets more than 12% (if a change of
+/// the policy removes it, the README's section should say so).
+#[test]
+fn short_lookbacks_over_serve_small_shares_within_the_documented_bound() {
+    let cluster = ClusterSpec { nodes: 4, gpus_per_node: 8 };
+    let runtime = 14.0 * H as f64 / 6.0;
+    let flat = "[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=2\naccounts=[\"b\"]\n[budget.c]\nshare=3\naccounts=[\"c\"]\n[budget.d]\nshare=4\naccounts=[\"d\"]\n";
+    let two = "[budget]\n[budget.x]\nshare=3\n[budget.x.p]\nshare=2\naccounts=[\"p\"]\n[budget.x.q]\nshare=1\naccounts=[\"q\"]\n[budget.y]\nshare=2\n[budget.y.r]\nshare=1\naccounts=[\"r\"]\n[budget.y.s]\nshare=1\naccounts=[\"s\"]\n";
+    for budget in [flat, two] {
+        let tree = BudgetTree::parse(budget).unwrap();
+        let excess = turn_taking_excess(&tree);
+        assert!((excess.iter().sum::<f64>()).abs() < 1e-9);
+        let days = 21;
+        let w = steady(&tree, cluster, days);
+        for lookback in [6 * H, DAY, 3 * DAY] {
+            let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
+            cfg.tree.settings.lookback = lookback;
+            cfg.horizon = Some(days * DAY);
+            let sim = simulate(&w, &cfg, &mut |_| {});
+            let got = delivered_shares(&sim, tree.leaves.len(), 7 * DAY, days * DAY);
+            let factor = (5.0 * runtime / lookback as f64).min(1.6);
+            for (l, g) in got.iter().enumerate() {
+                let want = tree.leaf_node(l as u32).effective_share;
+                let bound = (excess[l].abs() + 0.01) * factor + 0.005;
+                assert!(
+                    (g - want).abs() <= bound,
+                    "lookback {lookback} s, leaf {}: delivered {g:.4}, budget {want:.4}, bound {bound:.4} ({got:?})",
+                    tree.leaf_node(l as u32).path
+                );
+            }
+            if budget == flat && lookback == 6 * H {
+                assert!(got[0] > 0.12, "the 10% leaf at a 6h lookback: {:.4} (the README says about 14.6%)", got[0]);
+            }
+        }
+    }
+}
+
 /// (submit, gpus, runtime, team, min_runtime, resumable, priority)
 type Row = (i64, u32, i64, u32, i64, bool, u8);
 
