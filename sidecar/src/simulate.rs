@@ -277,16 +277,21 @@ fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn read_workload(path: &Path, skip_bad_rows: bool) -> anyhow::Result<Workload> {
-    let file = fs::File::open(path).with_context(|| format!("cannot open the workload {}", path.display()))?;
-    let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let name = path.display().to_string();
+    let file = fs::File::open(path).with_context(|| format!("cannot open the workload {name}"))?;
+    let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}", e.render(&name)))?;
     for e in &w.skipped {
-        eprintln!("{}: skipped {e}", path.display());
+        eprintln!("{name}:{}: skipped the row: {}", e.line, e.what());
     }
     if !w.ignored_columns.is_empty() {
-        eprintln!("{}: ignoring column(s) {}", path.display(), w.ignored_columns.join(", "));
+        eprintln!("{name}: ignoring column(s) {}", w.ignored_columns.join(", "));
     }
     if w.jobs.is_empty() {
-        bail!("{}: no jobs", path.display());
+        if w.skipped.is_empty() {
+            bail!("{name}: no jobs: the file has only a header");
+        }
+        let rows = w.skipped.iter().map(|e| e.line).collect::<std::collections::HashSet<_>>().len();
+        bail!("{name}: no jobs: every row is bad ({rows} skipped, listed above)");
     }
     Ok(w)
 }
@@ -610,8 +615,9 @@ mod tests {
         let csv = dir.path().join("w.csv");
         fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n0,x,60,a\n5,1,-3,a\n").unwrap();
         let e = allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q"]).unwrap_err().to_string();
-        assert!(e.contains("line 3: gpus 'x' is not a positive whole number"), "{e}");
-        assert!(e.contains("line 4: runtime_s must be at least 1"), "{e}");
+        let name = csv.display();
+        assert!(e.contains(&format!("{name}:3: column 2 (gpus): gpus must be a whole number of at least 1, got 'x'")), "{e}");
+        assert!(e.contains(&format!("{name}:4: column 3 (runtime_s): runtime_s must be a whole number of seconds of at least 1, got -3")), "{e}");
         assert!(allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q", "--skip-bad-rows"]).is_ok());
     }
 
