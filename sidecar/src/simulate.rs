@@ -14,7 +14,7 @@ use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
 use allot::duration::{format_duration, parse_duration};
 use allot_sim::cluster::MAX_GPUS_PER_NODE;
 use allot_sim::generate::{debug_scenario, derive, scenario, DebugParams, DeriveParams, ScenarioParams, DEBUG_VARIANTS};
-use allot_sim::{metrics, plot, prepare, simulate, ClusterSpec, Config, PolicyKind, Workload};
+use allot_sim::{metrics, plot, prepare, simulate_prepared, ClusterSpec, Config, PolicyKind, Workload};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
@@ -385,6 +385,24 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     } else if a.gantt_from.is_some() || a.gantt_to.is_some() {
         eprintln!("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws");
     }
+    // One preparation for every policy: the jobs refused before they are queued are said once.
+    let prepared = prepare::prepare(&workload, &tree, cluster, a.small_job_nodes);
+    let refusals = prepared.refusals(&workload, &tree, cluster, a.small_job_nodes);
+    if refusals.all() {
+        let file = path.display();
+        let all = if refusals.jobs == 1 {
+            format!("the one job of {file} is refused before it is queued")
+        } else {
+            format!("all {} jobs of {file} are refused before they are queued", refusals.jobs)
+        };
+        bail!("nothing could be simulated: {all}:\n  {}", refusals.lines().join("\n  "));
+    }
+    if refusals.refused > 0 {
+        eprintln!("warning: jobs refused before the queue: {} of {} (the report counts them as refused):", refusals.refused, refusals.jobs);
+        for line in refusals.lines() {
+            eprintln!("  {line}");
+        }
+    }
     let (first, _) = workload.span();
     let mut sims = Vec::new();
     for &policy in &policies {
@@ -412,7 +430,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 b.set_position((f * 1000.0) as u64);
             }
         };
-        let mut sim = simulate(&workload, &cfg, &mut progress);
+        let mut sim = simulate_prepared(&workload, &cfg, prepared.clone(), &mut progress);
         if let Some(b) = bar {
             b.finish_and_clear();
         }

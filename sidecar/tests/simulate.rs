@@ -232,3 +232,38 @@ fn settings_that_do_nothing_as_given_are_said() {
     assert!(said.contains("warning: --unallocated-grace 10m is longer than the grace time 5m: unallocated victims get 5m, never more than allocated ones"), "{said}");
     assert!(said.contains("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws"), "{said}");
 }
+
+#[test]
+fn jobs_refused_before_the_queue_are_said_once_and_a_run_of_nothing_fails() {
+    let s = Scratch::new();
+    s.file("b.toml", "[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n");
+    s.file(
+        "jobs.csv",
+        "job_id,submit_s,gpus,runtime_s,team\n1,0,1,60,a\n2,0,1,60,zz\n3,5,64,60,a\n4,9,1,60,zz\n5,9,1,60,yy\n6,10,16,60,b\n7,11,2,60,b\n",
+    );
+    // Both policies, one warning.
+    let out = s.simulate(&["jobs.csv", "--cluster", "2x8", "--budgets", "b.toml", "--small-job-nodes", "1"]);
+    let said = stderr(&out);
+    assert!(out.status.success(), "{said}");
+    let warning = "warning: jobs refused before the queue: 5 of 7 (the report counts them as refused):\n\
+                   \x20 3 jobs of teams no budget leaf charges: 'zz' (2 jobs), 'yy' (1 job); the budget's accounts are 'a', 'b'; jobs 2, 4, 5\n\
+                   \x20 1 job larger than the cluster's 16 GPUs (the largest wants 64); job 3\n\
+                   \x20 1 job larger than the 8 GPUs outside the 1 node(s) kept for small jobs, which they may not use; job 6\n";
+    assert!(said.contains(warning), "wanted\n{warning}got\n{said}");
+    assert_eq!(said.matches("warning: jobs refused").count(), 1, "{said}");
+    // None refused: nothing said.
+    let out = s.simulate(&["jobs.csv", "--cluster", "8x8", "--skip-bad-rows"]);
+    assert!(out.status.success() && !stderr(&out).contains("refused"), "{}", stderr(&out));
+    // Every job refused: a failure that says why, and no report.
+    s.file("strangers.csv", "submit_s,gpus,runtime_s,team\n0,1,60,zz\n0,1,60,zz\n1,1,60,yy\n");
+    refused(
+        &s.simulate(&["strangers.csv", "--cluster", "2x8", "--budgets", "b.toml"]),
+        "allot: nothing could be simulated: all 3 jobs of strangers.csv are refused before they are queued:\n\
+         \x20 3 jobs of teams no budget leaf charges: 'zz' (2 jobs), 'yy' (1 job); the budget's accounts are 'a', 'b'; jobs 0, 1, 2\n",
+    );
+    s.file("huge.csv", "submit_s,gpus,runtime_s,team\n0,100,60,a\n");
+    refused(
+        &s.simulate(&["huge.csv", "--cluster", "2x8"]),
+        "allot: nothing could be simulated: the one job of huge.csv is refused before it is queued:\n  1 job larger than the cluster's 16 GPUs (the largest wants 100); job 0",
+    );
+}
