@@ -37,6 +37,14 @@
 //! members = ["dave", "erin"]
 //! ```
 //!
+//! **Shares.** A share is a positive finite number, and every node's
+//! effective share must be at least [`MIN_EFFECTIVE_SHARE`], 1e-12 of the
+//! cluster: siblings' shares within a factor of 10^12 of each other, and a
+//! tree not so deep that their product falls below it. A smaller one says
+//! nothing a person meant (a millionth of a millionth of the cluster), and
+//! at the extreme underflows to 0, which fair-share would divide by. The
+//! file is refused at the topmost node below the bound, at its `share`.
+//!
 //! Node paths are written with `/` (`vision/detection`). Parsing reports every
 //! problem it finds, each with its line and TOML field, and produces nothing
 //! unless the whole file is valid.
@@ -204,6 +212,25 @@ impl fmt::Display for SettingsError {
 }
 
 impl std::error::Error for SettingsError {}
+
+/// The least effective share a node may have: one part in 10^12 of the
+/// cluster (see the module documentation).
+pub const MIN_EFFECTIVE_SHARE: f64 = 1e-12;
+
+/// A number as a person writes it: `0.5`, `30`, `1e308`, `2.5e-13`.
+fn compact(x: f64) -> String {
+    // Both forms are the shortest that reads back as `x`.
+    if x != 0.0 && !(1e-4..1e6).contains(&x.abs()) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}
+
+/// A derived number to twelve significant digits, as [`compact`] writes it.
+fn rounded(x: f64) -> String {
+    compact(format!("{x:.11e}").parse().unwrap_or(x))
+}
 
 /// One node of the budget tree.
 #[derive(Debug, Clone, PartialEq)]
@@ -374,6 +401,8 @@ struct Parser<'a> {
     lines: Lines,
     errors: Vec<BudgetError>,
     nodes: Vec<BudgetNode>,
+    /// Per node, the line of its `share` (for the rules on shares together).
+    share_lines: Vec<Option<usize>>,
     _text: &'a str,
 }
 
@@ -529,6 +558,7 @@ impl Parser<'_> {
 
         // Share: required on every node but the root.
         let share_span = Self::key_span(table, "share");
+        self.share_lines.push(self.lines.of(share_span.clone()));
         match (parent, table.get("share")) {
             (None, Some(_)) => self.error(share_span, format!("{field}.share"), "the root is the whole cluster and takes no share"),
             (Some(_), None) => self.error(
@@ -630,7 +660,7 @@ impl Parser<'_> {
 impl BudgetTree {
     /// Parses and validates a budget file. On any problem, returns all of them.
     pub fn parse(text: &str) -> Result<BudgetTree, BudgetErrors> {
-        let mut p = Parser { lines: Lines::new(text), errors: Vec::new(), nodes: Vec::new(), _text: text };
+        let mut p = Parser { lines: Lines::new(text), errors: Vec::new(), nodes: Vec::new(), share_lines: Vec::new(), _text: text };
         let doc = match ImDocument::parse(text) {
             Ok(doc) => doc,
             Err(e) => {
@@ -701,6 +731,41 @@ impl BudgetTree {
                 let normalized = if total > 0.0 { self.nodes[c as usize].share / largest / total } else { 0.0 };
                 self.nodes[c as usize].effective_share = self.nodes[id].effective_share * normalized;
             }
+        }
+        // The least effective share, at the topmost node below it (its
+        // descendants are below it too).
+        for id in 1..self.nodes.len() {
+            let node = &self.nodes[id];
+            let parent = &self.nodes[node.parent.unwrap_or(0) as usize];
+            if node.effective_share >= MIN_EFFECTIVE_SHARE || parent.effective_share < MIN_EFFECTIVE_SHARE {
+                continue;
+            }
+            let largest_id = parent.children.iter().copied().max_by(|&a, &b| self.nodes[a as usize].share.total_cmp(&self.nodes[b as usize].share)).unwrap_or(id as NodeId) as usize;
+            let largest = &self.nodes[largest_id];
+            let why = if node.effective_share / parent.effective_share < MIN_EFFECTIVE_SHARE {
+                // Scaled by the largest, as the effective shares are: the sum may exceed f64.
+                let scaled: f64 = parent.children.iter().map(|&c| self.nodes[c as usize].share / largest.share).sum();
+                let total = scaled * largest.share;
+                format!(
+                    "its share {} is {} of the sum of its and its siblings' shares, {} (the largest: {}'s {}, line {}); give siblings shares of more similar sizes",
+                    compact(node.share),
+                    rounded(node.share / largest.share / scaled),
+                    if total.is_finite() { rounded(total) } else { "above 1.7e308".to_owned() },
+                    largest.name,
+                    compact(largest.share),
+                    p.share_lines.get(largest_id).copied().flatten().unwrap_or(largest.line)
+                )
+            } else {
+                format!("the product of its and its ancestors' fractions of their siblings' shares, down {}; fewer levels, or shares of more similar sizes", node.path)
+            };
+            p.errors.push(BudgetError {
+                line: p.share_lines.get(id).copied().flatten().or(Some(node.line)),
+                field: format!("budget.{}.share", node.path.replace('/', ".")),
+                message: format!(
+                    "the node's effective share of the cluster is {}, below the least allowed, 1e-12: {why}",
+                    rounded(node.effective_share)
+                ),
+            });
         }
         let mut account_line: HashMap<String, (usize, String)> = HashMap::new();
         for id in 0..self.nodes.len() {
@@ -1148,14 +1213,54 @@ members = ["*"]
     fn huge_shares_still_sum_to_one() {
         let t = BudgetTree::parse(
             "[budget]\n[budget.a]\nshare = 1e308\naccounts = [\"a\"]\nmembers = [\"*\"]\n\
-             [budget.b]\nshare = 1.7e308\naccounts = [\"b\"]\nmembers = [\"x\"]\n\
-             [budget.c]\nshare = 5e-324\naccounts = [\"c\"]\nmembers = [\"y\"]\n",
+             [budget.b]\nshare = 1.7e308\naccounts = [\"b\"]\nmembers = [\"x\"]\n",
         )
         .unwrap();
         let eff = |p: &str| t.node(t.find(p).unwrap()).effective_share;
         assert!((eff("a") - 1.0 / 2.7).abs() < 1e-12, "{}", eff("a"));
         assert!((eff("b") - 1.7 / 2.7).abs() < 1e-12, "{}", eff("b"));
-        assert!((eff("a") + eff("b") + eff("c") - 1.0).abs() < 1e-12);
+        assert!((eff("a") + eff("b") - 1.0).abs() < 1e-12);
+    }
+
+    /// A share so much smaller than a sibling's that its node's effective
+    /// share is (or underflows to) next to nothing would rank that node's
+    /// jobs by dividing by zero: refused at the smaller share, naming the
+    /// larger; as are effective shares made tiny by depth alone.
+    #[test]
+    fn shares_that_leave_a_node_next_to_nothing_are_refused() {
+        let leaf = |name: &str, share: &str| format!("[budget.{name}]\nshare = {share}\naccounts = [\"{name}\"]\n");
+        let e = errors(&format!("[budget]\n{}{}{}", leaf("a", "1e308"), leaf("b", "1"), leaf("c", "5e-324")));
+        let got: Vec<(Option<usize>, &str, &str)> = e.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    Some(6),
+                    "budget.b.share",
+                    "the node's effective share of the cluster is 1e-308, below the least allowed, 1e-12: its share 1 is 1e-308 of the sum of its and its siblings' shares, 1e308 (the largest: a's 1e308, line 3); give siblings shares of more similar sizes"
+                ),
+                (
+                    Some(9),
+                    "budget.c.share",
+                    "the node's effective share of the cluster is 0, below the least allowed, 1e-12: its share 5e-324 is 0 of the sum of its and its siblings' shares, 1e308 (the largest: a's 1e308, line 3); give siblings shares of more similar sizes"
+                ),
+            ]
+        );
+        // About the bound: a share 1e-11 of the sum is allowed, 1e-12 less a little is not.
+        assert!(BudgetTree::parse(&format!("[budget]\n{}{}", leaf("a", "1e11"), leaf("b", "1"))).is_ok());
+        let e = errors(&format!("[budget]\n{}{}", leaf("a", "1e12"), leaf("b", "1")));
+        assert_eq!((e.len(), e[0].field.as_str()), (1, "budget.b.share"), "{e:?}");
+        assert!(e[0].message.contains("effective share of the cluster is 9.99999999999e-13, below the least allowed, 1e-12: its share 1 is 9.99999999999e-13 of the sum"), "{e:?}");
+        // Depth: 1e-5 at each of three levels is 1e-15 of the cluster; only
+        // the topmost node below the bound is named.
+        let text = "[budget]\n[budget.big]\nshare = 99999\naccounts = [\"big\"]\n\
+                    [budget.x]\nshare = 1\n[budget.x.big]\nshare = 99999\naccounts = [\"xbig\"]\n\
+                    [budget.x.y]\nshare = 1\n[budget.x.y.big]\nshare = 99999\naccounts = [\"ybig\"]\n\
+                    [budget.x.y.z]\nshare = 1\n[budget.x.y.z.w]\nshare = 1\naccounts = [\"w\"]\n";
+        let e = errors(text);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!((e[0].line, e[0].field.as_str()), (Some(16), "budget.x.y.z.share"));
+        assert!(e[0].message.starts_with("the node's effective share of the cluster is 1e-15, below the least allowed, 1e-12: the product of its and its ancestors' fractions of their siblings' shares, down x/y/z"), "{e:?}");
     }
 
     #[test]

@@ -48,6 +48,9 @@ pub fn parse_duration(text: &str) -> Result<Seconds, DurationError> {
     if s.is_empty() {
         return Err(fail("it is empty"));
     }
+    if s.starts_with('-') {
+        return Err(fail("a duration cannot be negative"));
+    }
     if s.bytes().all(|b| b.is_ascii_digit()) {
         return if s.bytes().all(|b| b == b'0') {
             Ok(0)
@@ -188,7 +191,9 @@ mod tests {
         assert!(parse_duration("1:75:00").unwrap_err().reason.contains("below 60"));
         assert!(parse_duration("1-25:00:00").unwrap_err().reason.contains("below 24"));
         assert!(parse_duration("1:2:3:4").is_err());
-        assert!(parse_duration("-5m").is_err());
+        // Not the day count of D-HH:MM:SS: a minus sign first is a negative duration.
+        assert_eq!(parse_duration("-5m").unwrap_err().to_string(), "'-5m' is not a duration: a duration cannot be negative");
+        assert_eq!(parse_duration(" -1-00:00:00").unwrap_err().reason, "a duration cannot be negative");
         assert!(parse_duration("99999999999999h").is_err());
         assert!(parse_duration("4000d").unwrap_err().reason.contains("ten years"));
     }

@@ -8,8 +8,11 @@
 //!
 //! Properties: every accepted row has gpus >= 1, runtime >= 1, a declared
 //! min_runtime >= 0, all within the reader's limits, a team and kind that
-//! exist, and a unique job id; jobs come sorted by (submit, job_id); every
-//! error has a line number within the input; and an accepted workload
+//! exist, and a unique job id; jobs come sorted by (submit, job_id); a
+//! strict read fails with exactly the problems a lenient one skips, and only
+//! a problem of the whole file (one error, on the header's line 1 or of no
+//! line) fails a lenient read; every row error has a line within the input,
+//! a column within the header, and a message; and an accepted workload
 //! written back with `to_csv` reads back equal.
 #![no_main]
 
@@ -20,7 +23,7 @@ mod workload;
 use std::collections::HashSet;
 
 use libfuzzer_sys::fuzz_target;
-use workload::{Workload, MAX_GPUS, MAX_RUNTIME_S, MAX_SUBMIT_S};
+use workload::{LoadError, Workload, MAX_GPUS, MAX_RUNTIME_S, MAX_SUBMIT_S};
 
 fuzz_target!(|data: &[u8]| {
     let lines = data.iter().filter(|&&b| b == b'\n' || b == b'\r').count() as u64 + 1;
@@ -28,9 +31,11 @@ fuzz_target!(|data: &[u8]| {
     let w = match Workload::from_csv(data, true) {
         Ok(w) => w,
         Err(e) => {
-            // Only the header can fail a read that skips bad rows.
-            assert_eq!(e.errors.len(), 1, "{e}");
-            assert_eq!(e.errors[0].line, 1, "{e}");
+            // Only a problem of the whole file can fail a read that skips bad rows.
+            let LoadError::File(errors) = &e else { panic!("a lenient read failed on rows: {e}") };
+            assert_eq!(errors.len(), 1, "{e}");
+            assert!(errors[0].line <= 1, "{e}");
+            assert!(!errors[0].message.is_empty());
             assert_eq!(strict, Err(e));
             return;
         }
@@ -40,11 +45,18 @@ fuzz_target!(|data: &[u8]| {
             assert!(w.skipped.is_empty());
             assert_eq!(s, &w);
         }
-        Err(e) => assert_eq!(e.errors, w.skipped),
+        Err(LoadError::Rows(errors)) => assert_eq!(errors, &w.skipped),
+        Err(e) => panic!("a strict read failed on the file where a lenient one did not: {e}"),
     }
+    // A bound on the header's fields that holds whatever the quoting and blank lines.
+    let header_fields = data.iter().filter(|&&b| b == b',').count() + 1;
     for e in &w.skipped {
         assert!(e.line >= 2 && e.line <= lines, "line {} of {lines}: {}", e.line, e.message);
         assert!(!e.message.is_empty());
+        if let Some(c) = &e.column {
+            assert!(c.number >= 1 && c.number <= header_fields, "{e} (at most {header_fields} fields)");
+            assert!(!c.name.is_empty(), "{e}");
+        }
     }
     let mut ids = HashSet::new();
     for j in &w.jobs {

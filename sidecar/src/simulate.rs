@@ -12,8 +12,9 @@ use std::process::ExitCode;
 
 use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
 use allot::duration::{format_duration, parse_duration};
+use allot_sim::cluster::MAX_GPUS_PER_NODE;
 use allot_sim::generate::{debug_scenario, derive, scenario, DebugParams, DeriveParams, ScenarioParams, DEBUG_VARIANTS};
-use allot_sim::{metrics, plot, prepare, simulate, ClusterSpec, Config, PolicyKind, Workload};
+use allot_sim::{metrics, plot, prepare, simulate_prepared, ClusterSpec, Config, PolicyKind, Workload};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
@@ -174,7 +175,7 @@ struct RunArgs {
     /// Delay before a requeued job may start again.
     #[arg(long, value_parser = duration, default_value = "0")]
     requeue_delay: i64,
-    /// Baseline: a team's limit on non-preemptible GPUs, as a multiple of its share of the cluster.
+    /// Baseline: a team's limit on non-preemptible GPUs, as a multiple of its share of the cluster (a positive number).
     #[arg(long, default_value_t = 1.0)]
     baseline_limit_factor: f64,
     /// Baseline: use the workload's priority column as cluster-wide static priority levels (default: one level, first come first served).
@@ -204,12 +205,12 @@ struct RunArgs {
     /// Write pictures here: shares-POLICY.png, and gantt-POLICY.png for clusters of at most 256 GPUs.
     #[arg(long)]
     plots: Option<PathBuf>,
-    /// Start of the Gantt chart window, from the first submission.
-    #[arg(long, value_parser = duration, default_value = "0")]
-    gantt_from: i64,
-    /// End of the Gantt chart window, from the first submission.
-    #[arg(long, value_parser = duration, default_value = "2d")]
-    gantt_to: i64,
+    /// Start of the Gantt chart window, from the first submission (default 0).
+    #[arg(long, value_parser = duration)]
+    gantt_from: Option<i64>,
+    /// End of the Gantt chart window, from the first submission (default 2d); after --gantt-from.
+    #[arg(long, value_parser = duration)]
+    gantt_to: Option<i64>,
     /// TrueType font for the pictures' text.
     #[arg(long, default_value = plot::DEFAULT_FONT)]
     font: PathBuf,
@@ -237,15 +238,37 @@ pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--days D`'s rule, broken or not.
+fn days_problem(days: f64) -> Option<String> {
+    (!(days > 0.0 && days <= 3650.0)).then(|| format!("--days {days}: must be more than 0 and at most 3650"))
+}
+
+/// `--load L`'s rule, broken or not.
+fn load_problem(load: Option<f64>) -> Option<String> {
+    load.filter(|l| !(*l > 0.0 && *l <= 100.0)).map(|l| format!("--load {l}: must be more than 0 and at most 100 (a multiple of the cluster's capacity)"))
+}
+
+/// Fails with every broken rule, one per line.
+fn refuse_any(problems: Vec<Option<String>>) -> anyhow::Result<()> {
+    let problems: Vec<String> = problems.into_iter().flatten().collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", problems.join("\n"))
+    }
+}
+
 fn write_workload(w: &Workload, path: &Path) -> anyhow::Result<()> {
     let file = fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
     w.to_csv(std::io::BufWriter::new(file)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn generate_scenario(a: ScenarioArgs) -> anyhow::Result<ExitCode> {
-    if !(a.days > 0.0 && a.days <= 3650.0 && a.load > 0.0 && a.load <= 100.0) || a.teams == 0 || a.teams > 1000 {
-        bail!("--days must be in (0, 3650], --load in (0, 100], --teams in 1..=1000");
+    let mut bad = vec![days_problem(a.days), load_problem(Some(a.load))];
+    if a.teams == 0 || a.teams > 1000 {
+        bad.push(Some(format!("--teams {}: must be from 1 to 1000", a.teams)));
     }
+    refuse_any(bad)?;
     let s = scenario(&ScenarioParams { cluster: a.cluster, days: a.days, teams: a.teams, load: a.load, seed: a.seed });
     write_workload(&s.workload, &a.out)?;
     if let Some(b) = &a.budgets_out {
@@ -259,9 +282,7 @@ fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
     let Some(mut p) = DebugParams::variant(&a.variant, a.seed) else {
         bail!("unknown variant '{}': use one of {}", a.variant, DEBUG_VARIANTS.join(", "));
     };
-    if !(a.days > 0.0 && a.days <= 3650.0) || a.load.is_some_and(|l| !(l > 0.0 && l <= 100.0)) {
-        bail!("--days must be in (0, 3650], --load in (0, 100]");
-    }
+    refuse_any(vec![days_problem(a.days), load_problem(a.load)])?;
     p.cluster = a.cluster;
     p.days = a.days;
     if let Some(l) = a.load {
@@ -277,25 +298,42 @@ fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn read_workload(path: &Path, skip_bad_rows: bool) -> anyhow::Result<Workload> {
-    let file = fs::File::open(path).with_context(|| format!("cannot open the workload {}", path.display()))?;
-    let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let name = path.display().to_string();
+    let file = fs::File::open(path).with_context(|| format!("cannot open the workload {name}"))?;
+    let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}", e.render(&name)))?;
     for e in &w.skipped {
-        eprintln!("{}: skipped {e}", path.display());
+        eprintln!("{name}:{}: skipped the row: {}", e.line, e.what());
     }
     if !w.ignored_columns.is_empty() {
-        eprintln!("{}: ignoring column(s) {}", path.display(), w.ignored_columns.join(", "));
+        eprintln!("{name}: ignoring column(s) {}", w.ignored_columns.join(", "));
     }
     if w.jobs.is_empty() {
-        bail!("{}: no jobs", path.display());
+        if w.skipped.is_empty() {
+            bail!("{name}: no jobs: the file has only a header");
+        }
+        let rows = w.skipped.iter().map(|e| e.line).collect::<std::collections::HashSet<_>>().len();
+        bail!("{name}: no jobs: every row is bad ({rows} skipped, listed above)");
     }
     Ok(w)
 }
 
 fn generate_trace(a: TraceArgs) -> anyhow::Result<ExitCode> {
-    if a.copies == 0 || a.runtime_scale.is_nan() || a.runtime_scale <= 0.0 {
-        bail!("--copies must be at least 1 and --runtime-scale above 0");
+    let mut bad = Vec::new();
+    if a.copies == 0 {
+        bad.push(Some("--copies 0: must be at least 1 (1: every job once)".to_owned()));
     }
+    if !(a.runtime_scale.is_finite() && a.runtime_scale > 0.0) {
+        bad.push(Some(format!("--runtime-scale {}: must be a positive finite number, such as 0.2 or 1", a.runtime_scale)));
+    }
+    if a.gpus_per_node == 0 || a.gpus_per_node > MAX_GPUS_PER_NODE {
+        bad.push(Some(format!("--gpus-per-node {}: must be from 1 to {MAX_GPUS_PER_NODE}", a.gpus_per_node)));
+    }
+    refuse_any(bad)?;
     let trace = read_workload(&a.trace, a.skip_bad_rows)?;
+    // Job ids are renumbered from 0 and are 32-bit.
+    if (trace.jobs.len() as u64).saturating_mul(a.copies.into()) > u64::from(u32::MAX) + 1 {
+        bail!("--copies {}: {} jobs x {} copies is more jobs than job ids (2^32)", a.copies, trace.jobs.len(), a.copies);
+    }
     let w = derive(&trace, &DeriveParams { seed: a.seed, copies: a.copies, runtime_scale: a.runtime_scale }, a.gpus_per_node);
     write_workload(&w, &a.out)?;
     eprintln!("wrote {} jobs to {}", w.jobs.len(), a.out.display());
@@ -311,6 +349,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             policies.push(kind);
         }
     }
+    check_run_options(&a, cluster)?;
     let workload = read_workload(path, a.skip_bad_rows)?;
     let (mut tree, budget_gives_default) = match &a.budgets {
         Some(b) => {
@@ -323,19 +362,46 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
         None => (prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?, false),
     };
+    if let (Some(b), Some(gpus)) = (&a.budgets, tree.settings.gpus) {
+        if gpus != cluster.capacity() {
+            eprintln!(
+                "warning: {}: [cluster] gpus = {gpus}, but --cluster {cluster} has {} GPUs: the simulation models {} GPUs and scales fair-share by them (on the cluster, the plugins would scale by {gpus})",
+                b.display(),
+                cluster.capacity(),
+                cluster.capacity()
+            );
+        }
+    }
     apply_settings(&mut tree.settings, &a, budget_gives_default)?;
-    if a.bf_max_job_test == 0 {
-        bail!("--bf-max-job-test must be at least 1");
-    }
-    if a.bf_interval == 0 {
-        bail!("--bf-interval must be at least 1s");
-    }
-    if a.small_job_nodes >= cluster.nodes {
-        bail!("--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others", a.small_job_nodes);
+    if tree.settings.unallocated_grace > tree.settings.grace {
+        let (ug, g) = (format_duration(tree.settings.unallocated_grace), format_duration(tree.settings.grace));
+        let ug_from = if a.unallocated_grace.is_some() { format!("--unallocated-grace {ug}") } else { format!("the budget's unallocated_grace {ug}") };
+        let g_from = if a.grace.is_some() { format!("--grace {g}") } else { format!("the grace time {g}") };
+        eprintln!("warning: {ug_from} is longer than {g_from}: unallocated victims get {g}, never more than allocated ones");
     }
     // Fail on a missing font before spending time on the simulation.
     if a.plots.is_some() {
         plot::load_font(&a.font)?;
+    } else if a.gantt_from.is_some() || a.gantt_to.is_some() {
+        eprintln!("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws");
+    }
+    // One preparation for every policy: the jobs refused before they are queued are said once.
+    let prepared = prepare::prepare(&workload, &tree, cluster, a.small_job_nodes);
+    let refusals = prepared.refusals(&workload, &tree, cluster, a.small_job_nodes);
+    if refusals.all() {
+        let file = path.display();
+        let all = if refusals.jobs == 1 {
+            format!("the one job of {file} is refused before it is queued")
+        } else {
+            format!("all {} jobs of {file} are refused before they are queued", refusals.jobs)
+        };
+        bail!("nothing could be simulated: {all}:\n  {}", refusals.lines().join("\n  "));
+    }
+    if refusals.refused > 0 {
+        eprintln!("warning: jobs refused before the queue: {} of {} (the report counts them as refused):", refusals.refused, refusals.jobs);
+        for line in refusals.lines() {
+            eprintln!("  {line}");
+        }
     }
     let (first, _) = workload.span();
     let mut sims = Vec::new();
@@ -364,7 +430,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 b.set_position((f * 1000.0) as u64);
             }
         };
-        let mut sim = simulate(&workload, &cfg, &mut progress);
+        let mut sim = simulate_prepared(&workload, &cfg, prepared.clone(), &mut progress);
         if let Some(b) = bar {
             b.finish_and_clear();
         }
@@ -432,7 +498,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("wrote {}", shares.display());
             if cluster.capacity() <= plot::GANTT_MAX_GPUS {
                 let gantt = dir.join(format!("gantt-{name}.png"));
-                let window = (first + a.gantt_from, first + a.gantt_to);
+                let window = (first + a.gantt_from.unwrap_or(GANTT_FROM), first + a.gantt_to.unwrap_or(GANTT_TO));
                 plot::gantt(&gantt, &font, &cfg.tree, cluster, &sim.outcome, window).with_context(|| format!("cannot draw {}", gantt.display()))?;
                 eprintln!("wrote {}", gantt.display());
             } else {
@@ -441,6 +507,69 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Gantt chart's window by default: the first two days.
+const GANTT_FROM: i64 = 0;
+const GANTT_TO: i64 = 2 * 86_400;
+
+/// The rules of the options that are the simulator's own (the policy's are
+/// the budget's, [`apply_settings`]): every broken one, with the option and
+/// its value, before any work is done.
+fn check_run_options(a: &RunArgs, cluster: ClusterSpec) -> anyhow::Result<()> {
+    let mut bad = Vec::new();
+    let f = a.baseline_limit_factor;
+    if !(f.is_finite() && f > 0.0) {
+        bad.push(format!(
+            "--baseline-limit-factor {f}: must be a positive finite number, such as 1 or 1.5 (a team's baseline limit is its share x the cluster's GPUs x this)"
+        ));
+    }
+    for (flag, value, what) in [
+        ("--bf-max-job-test", a.bf_max_job_test, "a backfill pass that considers no job starts none"),
+        ("--default-queue-depth", a.default_queue_depth, "a main scheduler that considers no job starts none"),
+        ("--preempt-max-job-test", a.preempt_max_job_test, "with no preemption search per pass, no job could ever preempt"),
+    ] {
+        if value == 0 {
+            bad.push(format!("{flag} 0: must be at least 1 ({what})"));
+        }
+    }
+    if a.bf_interval == 0 {
+        bad.push("--bf-interval 0: must be at least 1s (the time between backfill passes)".to_owned());
+    }
+    if a.horizon == Some(0) {
+        bad.push("--horizon 0: must be longer than zero (the simulation stops this long after the first submission)".to_owned());
+    }
+    let (from, to) = (a.gantt_from.unwrap_or(GANTT_FROM), a.gantt_to.unwrap_or(GANTT_TO));
+    if from >= to {
+        let default = |given: Option<i64>| if given.is_none() { " (the default)" } else { "" };
+        bad.push(format!(
+            "--gantt-from {}{} is not before --gantt-to {}{}: the Gantt chart's window would be empty",
+            format_duration(from),
+            default(a.gantt_from),
+            format_duration(to),
+            default(a.gantt_to)
+        ));
+    }
+    if a.small_job_nodes >= cluster.nodes {
+        bad.push(format!("--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others", a.small_job_nodes));
+    }
+    if let Some(j) = &a.json {
+        if j.is_dir() {
+            bad.push(format!("--json {}: is a directory; give the name of the file to write", j.display()));
+        } else if let Some(parent) = j.parent().filter(|p| !p.as_os_str().is_empty() && !p.is_dir()) {
+            bad.push(format!("--json {}: the directory {} does not exist", j.display(), parent.display()));
+        }
+    }
+    if let Some(p) = &a.plots {
+        if p.exists() && !p.is_dir() {
+            bad.push(format!("--plots {}: is a file, not a directory", p.display()));
+        }
+    }
+    if bad.is_empty() {
+        Ok(())
+    } else {
+        bail!("{}", bad.join("\n"))
+    }
 }
 
 /// Puts the command line's policy settings over the budget's, as if they
@@ -610,8 +739,9 @@ mod tests {
         let csv = dir.path().join("w.csv");
         fs::write(&csv, "submit_s,gpus,runtime_s,team\n0,1,60,a\n0,x,60,a\n5,1,-3,a\n").unwrap();
         let e = allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q"]).unwrap_err().to_string();
-        assert!(e.contains("line 3: gpus 'x' is not a positive whole number"), "{e}");
-        assert!(e.contains("line 4: runtime_s must be at least 1"), "{e}");
+        let name = csv.display();
+        assert!(e.contains(&format!("{name}:3: column 2 (gpus): gpus must be a whole number of at least 1, got 'x'")), "{e}");
+        assert!(e.contains(&format!("{name}:4: column 3 (runtime_s): runtime_s must be a whole number of seconds of at least 1, got -3")), "{e}");
         assert!(allot(&[csv.to_str().unwrap(), "--cluster", "1x8", "-q", "--skip-bad-rows"]).is_ok());
     }
 
@@ -663,7 +793,7 @@ mod tests {
         let e = allot(&[path, "--cluster", "1x8", "--preempt-margin=-0.5"]).unwrap_err().to_string();
         assert!(e.contains("--preempt-margin -0.5: preempt_margin: must be a number of at least 0"), "{e}");
         let e = allot(&[path, "--cluster", "1x8", "--bf-interval", "0"]).unwrap_err().to_string();
-        assert!(e.contains("--bf-interval must be at least 1s"), "{e}");
+        assert!(e.contains("--bf-interval 0: must be at least 1s"), "{e}");
         // The JSON reports the interval the simulation used.
         assert_eq!(settings(&["--bf-interval", "1s"])["bf_interval_s"].as_i64(), Some(1));
         let e = allot(&[path, "--cluster", "1x8", "--small-job-nodes", "1"]).unwrap_err().to_string();

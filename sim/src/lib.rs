@@ -48,7 +48,13 @@ pub struct Simulation {
 /// Simulates `workload` under `cfg`. `progress(fraction)` is called now and
 /// then with how far through the workload's span the simulation is.
 pub fn simulate(workload: &Workload, cfg: &Config, progress: &mut dyn FnMut(f64)) -> Simulation {
-    let prepared = prepare::prepare(workload, &cfg.tree, cfg.cluster, cfg.small_job_nodes);
+    simulate_prepared(workload, cfg, prepare::prepare(workload, &cfg.tree, cfg.cluster, cfg.small_job_nodes), progress)
+}
+
+/// [`simulate`] with the jobs already prepared, by [`prepare::prepare`]
+/// with `cfg`'s tree, cluster and kept nodes (the caller has looked at what
+/// it refused, and runs several policies on one preparation).
+pub fn simulate_prepared(workload: &Workload, cfg: &Config, prepared: prepare::Prepared, progress: &mut dyn FnMut(f64)) -> Simulation {
     let (first, last) = workload.span();
     let span = (last - first).max(1) as f64;
     let mut on_progress = |now: i64| progress(((now - first) as f64 / span).clamp(0.0, 1.0));
