@@ -8,7 +8,8 @@
 //! cargo run --release -p allot-sim --example lookback_table [-- LOOKBACK...]
 //! ```
 //!
-//! The engine experiments of the study (`lookback/experiments.patch`:
+//! The engine experiments of the study (`lookback/experiments.patch`, on
+//! `sim/src/engine/passes.rs`:
 //! `ALLOT_CHECK_WINDOW=1` asserts at every pass that the engine's
 //! incremental window equals the batch sum over its runs;
 //! `ALLOT_EXPERIMENT_COMMITTED=oracle|protected` ranks on charged usage plus
