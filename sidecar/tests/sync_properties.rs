@@ -23,6 +23,13 @@ enum Corruption {
 fn corrupt(text: &str, c: &Corruption) -> String {
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
     let n = lines.len();
+    if n == 0 {
+        // An earlier truncation left nothing: only insertion has a place.
+        return match c {
+            Corruption::InsertLine(_, s) => s.clone(),
+            _ => String::new(),
+        };
+    }
     match c {
         Corruption::DeleteLine(i) => {
             lines.remove(i % n);
@@ -36,7 +43,7 @@ fn corrupt(text: &str, c: &Corruption) -> String {
             *l = l.chars().map(|ch| if ch.is_ascii_digit() { '0' } else { ch }).collect();
         }
         Corruption::InsertLine(i, s) => lines.insert(i % n, s.clone()),
-        Corruption::Truncate(i) => return text[..(i % text.len())].to_owned(),
+        Corruption::Truncate(i) => return text[..(i % text.len().max(1)).min(text.len())].to_owned(),
     }
     lines.join("\n")
 }
