@@ -132,8 +132,10 @@ pub struct Ranker {
     /// Position among its siblings when ratios tie: larger effective share
     /// first, then the name in byte order.
     tie: Vec<u32>,
+    /// Nodes with children, parents first.
+    inner: Vec<NodeId>,
     usage: Vec<i64>,
-    key: Vec<u64>,
+    key: Vec<u128>,
     stack: Vec<NodeId>,
 }
 
@@ -167,6 +169,7 @@ impl Ranker {
             child_start,
             children,
             tie,
+            inner: (0..n as NodeId).filter(|&id| !tree.nodes[id as usize].children.is_empty()).collect(),
             usage: vec![0; n],
             key: vec![0; n],
             stack: Vec::with_capacity(n),
@@ -205,21 +208,29 @@ impl Ranker {
             let parent = self.parent[id] as usize;
             self.usage[parent] += self.usage[id];
         }
-        out.standings.clear();
-        for id in 0..n {
+        out.standings.resize(n, Standing { usage: 0, allocation: 0.0, ratio: 0.0, sibling_rank: 0, siblings: 1 });
+        out.standings.truncate(n);
+        for (id, standing) in out.standings.iter_mut().enumerate() {
             let allocation = self.effective_share[id] * capacity;
             let usage = self.usage[id];
             let ratio = if usage == 0 { 0.0 } else { usage as f64 / allocation };
-            self.key[id] = ratio_key(ratio);
-            out.standings.push(Standing { usage, allocation, ratio, sibling_rank: 0, siblings: 1 });
+            // The ratio, then the tie order: a total order among siblings.
+            self.key[id] = (u128::from(ratio_key(ratio)) << 32) | u128::from(self.tie[id]);
+            // The root's rank and count stay 0 and 1; every other node's are set below.
+            *standing = Standing { usage, allocation, ratio, sibling_rank: 0, siblings: 1 };
         }
         // Order siblings (ratio, then the tie order: a total order, so the
         // result does not depend on the previous ranking's order), then walk
         // depth-first.
-        for id in 0..n {
+        for &id in &self.inner {
+            let id = id as usize;
             let kids = &mut self.children[self.child_start[id]..self.child_start[id + 1]];
-            let (key, tie) = (&self.key, &self.tie);
-            kids.sort_unstable_by_key(|&k| (key[k as usize], tie[k as usize]));
+            let key = &self.key;
+            let order = |&k: &NodeId| key[k as usize];
+            // Orders seldom change from one ranking to the next.
+            if !kids.is_sorted_by_key(order) {
+                kids.sort_unstable_by_key(order);
+            }
             let count = kids.len() as u32;
             for (rank, &k) in kids.iter().enumerate() {
                 out.standings[k as usize].sibling_rank = rank as u32;

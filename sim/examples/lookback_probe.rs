@@ -106,7 +106,7 @@ fn main() {
     while t < to {
         let r = ranking_at(t);
         let keys: Vec<u64> = (0..leaves).map(|l| (leaf_ratio(&r, l) * 1e9).round() as u64).collect();
-        zero += usize::from(keys.iter().any(|&k| k == 0));
+        zero += usize::from(keys.contains(&0));
         ties += usize::from((0..leaves).any(|x| (x + 1..leaves).any(|y| keys[x] == keys[y])));
         for l in 0..leaves {
             let x = leaf_ratio(&r, l);

@@ -77,6 +77,9 @@ pub(crate) struct Nodes {
     small_free: u32,
     /// Per node: bit i set = GPU i free.
     free_mask: Vec<u64>,
+    /// Free GPUs per node: `free_mask`'s bit counts, kept because the
+    /// searches ask for them far more often than GPUs change hands.
+    free_count: Vec<u32>,
     /// `buckets[f]`: bit set of the nodes with exactly `f` free GPUs.
     buckets: Vec<Vec<u64>>,
     free_total: u32,
@@ -104,7 +107,7 @@ impl Nodes {
         for n in 0..spec.nodes as usize {
             buckets[spec.gpus_per_node as usize][n / 64] |= 1 << (n % 64);
         }
-        Nodes { g: spec.gpus_per_node, small_from: spec.nodes - small, small_free: small * spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], buckets, free_total: spec.capacity() }
+        Nodes { g: spec.gpus_per_node, small_from: spec.nodes - small, small_free: small * spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], free_count: vec![spec.gpus_per_node; spec.nodes as usize], buckets, free_total: spec.capacity() }
     }
 
     pub fn free_total(&self) -> u32 {
@@ -151,7 +154,7 @@ impl Nodes {
     }
 
     pub fn free_on(&self, node: u32) -> u32 {
-        self.free_mask[node as usize].count_ones()
+        self.free_count[node as usize]
     }
 
     fn rebucket(&mut self, node: u32, before: u32, after: u32) {
@@ -181,6 +184,7 @@ impl Nodes {
         assert_eq!(before & mask, mask, "slots {mask:#b} of node {node} are not all free");
         let after = before & !mask;
         self.free_mask[node as usize] = after;
+        self.free_count[node as usize] = after.count_ones();
         self.free_total -= mask.count_ones();
         if node >= self.small_from {
             self.small_free -= mask.count_ones();
@@ -194,6 +198,7 @@ impl Nodes {
         assert_eq!(before & mask, 0, "slots {mask:#b} of node {node} are already free");
         let after = before | mask;
         self.free_mask[node as usize] = after;
+        self.free_count[node as usize] = after.count_ones();
         self.free_total += mask.count_ones();
         if node >= self.small_from {
             self.small_free += mask.count_ones();

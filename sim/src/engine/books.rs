@@ -199,8 +199,14 @@ impl Engine<'_> {
             let c = mask.count_ones();
             let apply = |x: &mut u32| *x = if sign > 0 { *x + c } else { *x - c };
             if unprotected {
-                apply(&mut self.unprot_on[n as usize * self.leaves + leaf]);
+                let cell = n as usize * self.leaves + leaf;
+                apply(&mut self.unprot_on[cell]);
                 apply(&mut self.unprot_on_total[n as usize]);
+                if leaf < 64 {
+                    let bit = 1u64 << leaf;
+                    let bits = &mut self.unprot_leaves_on[n as usize];
+                    *bits = if self.unprot_on[cell] > 0 { *bits | bit } else { *bits & !bit };
+                }
             } else {
                 apply(&mut self.ffa_on[n as usize]);
             }

@@ -60,7 +60,7 @@ mod preemption;
 
 use events::{EventKind, EventQueue};
 use passes::Mode;
-use preemption::SearchKey;
+use preemption::{PreemptScratch, SearchKey};
 
 /// Which scheduler decides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -316,6 +316,7 @@ pub(crate) struct Engine<'a> {
     /// Allot ranks at every pass: one ranker and one ranking, reused.
     ranker: Ranker,
     ranking: Option<Ranking>,
+    group_order_buffer: Vec<usize>,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
@@ -335,6 +336,8 @@ pub(crate) struct Engine<'a> {
     growth: u64,
     /// Per job: the circumstances of its last failed preemption search.
     failed_search: Vec<Option<SearchKey>>,
+    /// The preemption search's buffers, kept between searches.
+    preempt_scratch: PreemptScratch,
     /// Per leaf: (pass, smallest job of the leaf that found no room by
     /// preemption in that pass, its priority and minimum runtime: with
     /// preemption within a team, a job of lower priority or a longer
@@ -345,6 +348,8 @@ pub(crate) struct Engine<'a> {
     /// Per preemption row (waiting leaf, small or not: `row_of`): the leaves
     /// whose unprotected runs its jobs may take (this pass).
     allowed_list: Vec<Vec<u32>>,
+    /// The same as bits (leaf v: bit v), when there are at most 64 leaves.
+    allowed_bits: Vec<u64>,
     backfill_pending: bool,
     changed_since_backfill: bool,
     in_use: u32,
@@ -373,6 +378,9 @@ pub(crate) struct Engine<'a> {
     ffa_on: Vec<u32>,
     unprot_on: Vec<u32>,
     unprot_on_total: Vec<u32>,
+    /// Per node, with at most 64 leaves: bit `leaf` set iff the leaf has
+    /// unprotected GPUs there (so a search visits only those leaves).
+    unprot_leaves_on: Vec<u64>,
     /// Nodes by free GPUs + GPUs of any possible victim: an upper bound of
     /// what preemption could free there.
     reclaim: Buckets,
@@ -437,8 +445,10 @@ impl<'a> Engine<'a> {
             workload,
             prepared,
             failed_search: vec![None; jobs.len()],
+            preempt_scratch: PreemptScratch::default(),
             leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0, false); leaves],
             allowed_list: vec![Vec::new(); 2 * leaves],
+            allowed_bits: vec![0; 2 * leaves],
             jobs,
             nodes: Nodes::with_small_job_nodes(cfg.cluster, cfg.small_job_nodes),
             g: cfg.cluster.gpus_per_node,
@@ -453,6 +463,7 @@ impl<'a> Engine<'a> {
             usage: Vec::with_capacity(leaves),
             ranker: Ranker::new(&cfg.tree),
             ranking: None,
+            group_order_buffer: Vec::new(),
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
             unprotected_version: vec![0; leaves],
@@ -480,6 +491,7 @@ impl<'a> Engine<'a> {
             ffa_on: vec![0; cfg.cluster.nodes as usize],
             unprot_on: vec![0; cfg.cluster.nodes as usize * leaves],
             unprot_on_total: vec![0; cfg.cluster.nodes as usize],
+            unprot_leaves_on: vec![0; cfg.cluster.nodes as usize],
             reclaim: Buckets::new(cfg.cluster.nodes, cfg.cluster.gpus_per_node, cfg.cluster.gpus_per_node),
             extra: vec![0; cfg.cluster.nodes as usize],
         }

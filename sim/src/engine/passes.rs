@@ -3,7 +3,7 @@
 //! the backfill reservation (EASY: one per pass).
 
 use allot::fairshare::Ranking;
-use allot::order::{order_groups, order_jobs, PendingJob, QueueGroup};
+use allot::order::{order_jobs, PendingJob, QueueGroup};
 
 use super::{Engine, PolicyKind};
 
@@ -81,7 +81,8 @@ impl Engine<'_> {
             }
             PolicyKind::Baseline => None,
         };
-        let order = self.group_order(ranking.as_ref());
+        let mut order = std::mem::take(&mut self.group_order_buffer);
+        self.group_order(ranking.as_ref(), &mut order);
         if self.cfg.check_policy {
             self.check_order(&order, ranking.as_ref());
         }
@@ -91,7 +92,7 @@ impl Engine<'_> {
         };
         let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], shadow: None, group_same: None };
         let mut tested = 0usize;
-        'groups: for g in order {
+        'groups: for &g in &order {
             if tested >= depth {
                 break;
             }
@@ -121,7 +122,9 @@ impl Engine<'_> {
             }
             tested += len.min(remaining);
         }
-        self.ranking = ranking; // its buffers serve the next pass
+        // Their buffers serve the next pass.
+        self.ranking = ranking;
+        self.group_order_buffer = order;
     }
 
     /// One job's turn in a pass: start it, preempt for it, or (the first
@@ -216,15 +219,13 @@ impl Engine<'_> {
     /// Non-empty groups, first to be served first. For allot, the groups'
     /// order is the policy's (`allot::order::order_groups`); jobs of one
     /// group follow each other in (submit, id) order.
-    pub(super) fn group_order(&self, ranking: Option<&Ranking>) -> Vec<usize> {
-        let nonempty = (0..self.groups.len()).filter(|&g| !self.groups[g].is_empty());
-        match ranking {
-            None => nonempty.collect(),
-            Some(r) => {
-                let groups: Vec<usize> = nonempty.collect();
-                let keys: Vec<QueueGroup> = groups.iter().map(|&g| QueueGroup::at(g, self.leaves)).collect();
-                order_groups(r, &keys).into_iter().map(|i| groups[i]).collect()
-            }
+    /// Into `order`, reusing its buffer.
+    pub(super) fn group_order(&self, ranking: Option<&Ranking>, order: &mut Vec<usize>) {
+        order.clear();
+        order.extend((0..self.groups.len()).filter(|&g| !self.groups[g].is_empty()));
+        if let Some(r) = ranking {
+            // `order_groups` without its buffers: by the group's position.
+            order.sort_unstable_by_key(|&g| QueueGroup::at(g, self.leaves).position(r).unwrap_or(usize::MAX));
         }
     }
 

@@ -18,6 +18,18 @@ pub(super) struct SearchKey {
     allowed: u64,
 }
 
+/// Buffers of [`Engine::plan_preemption`], reused so that a search
+/// allocates nothing but its plan.
+#[derive(Debug, Default)]
+pub(super) struct PreemptScratch {
+    candidates: Vec<u32>,
+    victims: Vec<((u32, i64, u32), u32)>,
+    /// Per node that could be made room on: (worst victim order, GPUs
+    /// preempted, node) and its victims, `taken[from..to]`.
+    best: Vec<((u32, u32, u32), usize, usize)>,
+    taken: Vec<u32>,
+}
+
 /// A way to place a job by preempting: nodes, and victims.
 pub(super) struct PreemptPlan {
     nodes: Vec<(u32, u32)>,
@@ -123,6 +135,7 @@ impl Engine<'_> {
         let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
         let mut list = std::mem::take(&mut self.allowed_list[row]);
         list.clear();
+        let mut bits = 0u64;
         for v in 0..self.leaves {
             // Unprotected allocated runs of leaf v: the policy's answer for
             // them depends only on the two leaves and the margin.
@@ -132,9 +145,13 @@ impl Engine<'_> {
                 gpus += self.unprotected_gpus[v];
                 sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
                 list.push(v as u32);
+                if v < 64 {
+                    bits |= 1 << v;
+                }
             }
         }
         self.allowed_list[row] = list;
+        self.allowed_bits[row] = bits;
         self.victim_gpus_cache[row] = (self.passes, sig);
         (gpus, sig)
     }
@@ -146,8 +163,17 @@ impl Engine<'_> {
         let mut r = self.ffa_on[n as usize];
         if self.unprot_on_total[n as usize] > 0 {
             let base = n as usize * self.leaves;
-            for &v in &self.allowed_list[row] {
-                r += self.unprot_on[base + v as usize];
+            if self.leaves <= 64 {
+                // Only the allowed leaves that have unprotected GPUs here.
+                let mut bits = self.allowed_bits[row] & self.unprot_leaves_on[n as usize];
+                while bits != 0 {
+                    r += self.unprot_on[base + bits.trailing_zeros() as usize];
+                    bits &= bits - 1;
+                }
+            } else {
+                for &v in &self.allowed_list[row] {
+                    r += self.unprot_on[base + v as usize];
+                }
             }
             if same {
                 r += self.unprot_on[base + w];
@@ -200,7 +226,26 @@ impl Engine<'_> {
     /// Preemption ignores the backfill reservation, as Slurm's main
     /// scheduler preempts without knowing of backfill's plans.
     pub(super) fn plan_preemption(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, searches: &mut usize) -> Option<PreemptPlan> {
+        let mut scratch = std::mem::take(&mut self.preempt_scratch);
+        let plan = self.plan_preemption_with(&mut scratch, j, now, ranking, searches);
+        self.preempt_scratch = scratch;
+        plan
+    }
+
+    fn plan_preemption_with(&mut self, scratch: &mut PreemptScratch, j: u32, now: i64, ranking: Option<&Ranking>, searches: &mut usize) -> Option<PreemptPlan> {
         let held = self.jobs[j as usize].held;
+        let w = self.jobs[j as usize].leaf as usize;
+        // Room only shrinks during a pass: a smaller job of the same leaf,
+        // with no fewer possible victims, found none. (Asked first, as it
+        // is the cheapest answer; tests ask it after checking the victims.)
+        let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
+        let small = self.is_small(j);
+        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
+        let smaller_failed =
+            stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small);
+        if smaller_failed && !self.cfg.check_policy {
+            return None;
+        }
         let (victim_gpus, sig) = self.victim_gpus(j, ranking);
         if self.cfg.check_policy {
             self.check_victim_total(j, now, ranking, victim_gpus);
@@ -209,7 +254,6 @@ impl Engine<'_> {
         if self.nodes.free_total_for(all) + victim_gpus < held {
             return None;
         }
-        let w = self.jobs[j as usize].leaf as usize;
         let g = self.g;
         let whole = held > g;
         let need = held.min(g);
@@ -218,13 +262,8 @@ impl Engine<'_> {
         if self.failed_search[j as usize] == Some(key) {
             return None; // nothing that could help has changed since the last search failed
         }
-        // Room only shrinks during a pass: a smaller job of the same leaf,
-        // with no fewer possible victims, found none.
-        let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
-        let small = self.is_small(j);
         let row = self.row_of(j);
-        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
-        if stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small) {
+        if smaller_failed {
             return None;
         }
         let fail = |this: &mut Self| {
@@ -237,7 +276,8 @@ impl Engine<'_> {
         };
         let same = self.same_leaf_possible(j);
         // Nodes where free GPUs and this job's possible victims make room.
-        let mut candidates: Vec<u32> = Vec::new();
+        let candidates = &mut scratch.candidates;
+        candidates.clear();
         for ub in need..=g {
             for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
                 let free = self.nodes.free_on(n);
@@ -253,9 +293,10 @@ impl Engine<'_> {
         }
         *searches += 1;
         self.preempt_searches += 1;
-        let mut best: Vec<((u32, u32, u32), Vec<u32>)> = Vec::new();
-        let mut victims: Vec<((u32, i64, u32), u32)> = Vec::new();
-        for &n in &candidates {
+        let (best, victims, taken) = (&mut scratch.best, &mut scratch.victims, &mut scratch.taken);
+        best.clear();
+        taken.clear();
+        for &n in candidates.iter() {
             victims.clear();
             let mut blocked = false;
             for &v in &self.on_node[n as usize] {
@@ -271,9 +312,9 @@ impl Engine<'_> {
             }
             victims.sort_unstable();
             let mut got = self.nodes.free_on(n);
-            let mut taken = Vec::new();
+            let from = taken.len();
             let (mut worst, mut preempted) = (0u32, 0u32);
-            for &(key, v) in &victims {
+            for &(key, v) in victims.iter() {
                 if got >= need {
                     break;
                 }
@@ -284,7 +325,9 @@ impl Engine<'_> {
                 taken.push(v);
             }
             if got >= need {
-                best.push(((worst, preempted, n), taken));
+                best.push(((worst, preempted, n), from, taken.len()));
+            } else {
+                taken.truncate(from);
             }
         }
         if best.is_empty() || best.len() + free_nodes.len() < nodes_needed {
@@ -295,9 +338,9 @@ impl Engine<'_> {
         best.sort_unstable_by_key(|b| b.0);
         let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
         let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new() };
-        for ((_, _, n), taken) in best.into_iter().take(from_victims) {
+        for &((_, _, n), from, to) in best.iter().take(from_victims) {
             plan.nodes.push((n, need));
-            for v in taken {
+            for &v in &taken[from..to] {
                 if !plan.victims.contains(&v) {
                     plan.victims.push(v);
                 }
