@@ -317,6 +317,7 @@ pub(crate) struct Engine<'a> {
     ranker: Ranker,
     ranking: Option<Ranking>,
     group_order_buffer: Vec<usize>,
+    walk_buffer: passes::Walk,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
@@ -464,6 +465,7 @@ impl<'a> Engine<'a> {
             ranker: Ranker::new(&cfg.tree),
             ranking: None,
             group_order_buffer: Vec::new(),
+            walk_buffer: passes::Walk::default(),
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
             unprotected_version: vec![0; leaves],

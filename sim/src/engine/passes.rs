@@ -17,11 +17,36 @@ pub(super) struct PassState {
     /// (fitting is monotone in size, and free GPUs only shrink in a pass),
     /// for jobs that may not (`[0]`) and may (`[1]`) use the small-job nodes.
     min_fail: [u32; 2],
+    /// The same for jobs that would end after the reservation's start
+    /// (they must also leave its GPUs alone; its slack only shrinks too).
+    min_fail_late: [u32; 2],
     shadow: Option<Shadow>,
     /// (group, GPUs of its leaf's unprotected runs that some job of the
     /// group may take) when first asked this pass: an upper bound for the
     /// rest of the pass (a pass only takes runs away).
     group_same: Option<(usize, u32)>,
+    /// Past the reservation, the walk through one group.
+    walk: Walk,
+}
+
+/// Past the reservation, a group's jobs up to the pass's cutoff, per size
+/// class (held GPUs), read once. A pass adds no pending job, removes only
+/// jobs it has visited, and a pending job's remaining work and contract do
+/// not change, so the copy stays right for the pass.
+#[derive(Default)]
+pub(super) struct Walk {
+    group: Option<usize>,
+    /// (size, start, end, position) into `jobs`, sizes ascending.
+    classes: Vec<(u32, usize, usize, usize)>,
+    jobs: Vec<WalkJob>,
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct WalkJob {
+    job: u32,
+    remaining: i64,
+    min_runtime: i64,
+    small: bool,
 }
 
 /// Which scheduler runs a pass.
@@ -90,7 +115,7 @@ impl Engine<'_> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], shadow: None, group_same: None };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_same: None, walk: std::mem::take(&mut self.walk_buffer) };
         let mut tested = 0usize;
         'groups: for &g in &order {
             if tested >= depth {
@@ -112,7 +137,7 @@ impl Engine<'_> {
                 } else {
                     // Past the reservation a job that can neither fit nor
                     // preempt does nothing: visit only sizes that might.
-                    self.next_that_might_start(g, cursor, &mut st, ranking.as_ref())
+                    self.next_that_might_start(g, cursor, cutoff, now, &mut st, ranking.as_ref())
                 };
                 let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
                 cursor = Some(j);
@@ -125,11 +150,14 @@ impl Engine<'_> {
         // Their buffers serve the next pass.
         self.ranking = ranking;
         self.group_order_buffer = order;
+        st.walk.group = None;
+        self.walk_buffer = st.walk;
     }
 
     /// One job's turn in a pass: start it, preempt for it, or (the first
     /// blocked one in a backfill pass) reserve for it. False: the pass is over.
     pub(super) fn try_job(&mut self, j: u32, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> bool {
+        
         let allocated = self.jobs[j as usize].contract.is_allocated();
         if self.cfg.policy == PolicyKind::Baseline && allocated && !self.within_limit(j) {
             return true; // held by its team's limit (Slurm: pending, QOSGrpGRES); blocks no one
@@ -137,10 +165,15 @@ impl Engine<'_> {
         let held = self.jobs[j as usize].held;
         let end = now + self.remaining(j);
         let all = self.may_use_all_nodes(j);
-        if held < st.min_fail[usize::from(all)] {
+        let late = st.shadow.as_ref().is_some_and(|s| end > s.time);
+        if held < st.min_fail[usize::from(all)] && !(late && held >= st.min_fail_late[usize::from(all)]) {
             if let Some(place) = self.find_place(held, end, st.shadow.as_ref(), all) {
                 self.start_now(j, now, place, st.shadow.as_mut(), end);
                 return true;
+            }
+            if late {
+                st.min_fail_late[usize::from(all)] = held;
+                st.min_fail_late[0] = st.min_fail_late[0].min(held);
             }
             if !self.fits_free(held, all) {
                 // What fits nowhere fits nowhere outside the small-job nodes either.
@@ -167,12 +200,15 @@ impl Engine<'_> {
         !(st.min_fail[1] <= 1 && (!st.victims_exist || (self.cfg.policy == PolicyKind::Allot && !allocated)))
     }
 
-    /// The next job of group `g` after `cursor` whose size could fit on free
-    /// GPUs or be made room for by preemption; larger ones would only fail.
-    pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
+    /// The next job of group `g` after `cursor` (up to `cutoff`) that could
+    /// fit on free GPUs or be made room for by preemption; the jobs skipped
+    /// would only fail (`try_job` would change nothing for them; had one
+    /// ended the pass, no later job could have started either).
+    pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
         let head = *self.groups[g].iter().next()?;
         let mut bound = st.min_fail[0].max(st.min_fail[1]);
-        if self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test {
+        let may_preempt = self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test;
+        if may_preempt {
             // The group's jobs share leaf and priority, not minimum runtimes:
             // bound their teammates' GPUs by the most any of them may take.
             let leaf = self.jobs[head as usize].leaf as usize;
@@ -203,16 +239,59 @@ impl Engine<'_> {
             }
             bound = bound.max(room);
         }
-        let mut best: Option<u32> = None;
-        for set in self.by_size[g].range(..bound).map(|(_, set)| set) {
-            let next = match cursor {
-                None => set.iter().next(),
-                Some(c) => set.range(c + 1..).next(),
-            };
-            if let Some(&j) = next {
-                best = Some(best.map_or(j, |b: u32| b.min(j)));
+        let mut walk = std::mem::take(&mut st.walk);
+        if walk.group != Some(g) {
+            walk.group = Some(g);
+            walk.classes.clear();
+            walk.jobs.clear();
+            let from = cursor.map_or(0, |c| c + 1);
+            let to = cutoff.unwrap_or(u32::MAX);
+            for (&size, set) in &self.by_size[g] {
+                let begin = walk.jobs.len();
+                if from <= to {
+                    walk.jobs.extend(set.range(from..=to).map(|&j| WalkJob {
+                        job: j,
+                        remaining: self.remaining(j),
+                        min_runtime: self.jobs[j as usize].contract.min_runtime,
+                        small: self.is_small(j),
+                    }));
+                }
+                walk.classes.push((size, begin, walk.jobs.len(), begin));
             }
         }
+        // A job `try_job` would do nothing for is skipped: it fits nowhere
+        // free (`min_fail`, `min_fail_late`), and it may not preempt or a
+        // smaller teammate found no room (the same test as the search's).
+        // Asked of the next job in order only, in the state it would be
+        // visited in: which teammate failed last can change during a pass.
+        let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
+        let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
+        let best = loop {
+            let mut best: Option<(u32, usize)> = None;
+            for (k, class) in walk.classes.iter_mut().enumerate() {
+                let (size, _, end, mut pos) = *class;
+                if size >= bound {
+                    break; // sizes ascend
+                }
+                while pos < end && cursor.is_some_and(|c| walk.jobs[pos].job <= c) {
+                    pos += 1;
+                }
+                class.3 = pos;
+                if pos < end && best.is_none_or(|(b, _)| walk.jobs[pos].job < b) {
+                    best = Some((walk.jobs[pos].job, k));
+                }
+            }
+            let Some((j, k)) = best else { break None };
+            let (size, pos) = (walk.classes[k].0, walk.classes[k].3);
+            let w = walk.jobs[pos];
+            let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
+            let idle = no_place && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)));
+            if !idle {
+                break Some(j);
+            }
+            walk.classes[k].3 += 1;
+        };
+        st.walk = walk;
         best
     }
 

@@ -222,6 +222,15 @@ impl Engine<'_> {
         gpus
     }
 
+    /// Whether a job of leaf `w` (`held` GPUs, priority, minimum runtime,
+    /// small or not) cannot find room by preemption because a smaller job
+    /// of its leaf, with no fewer possible victims, found none this pass
+    /// (room only shrinks during a pass).
+    pub(super) fn smaller_failed(&self, w: usize, held: u32, prio: PriorityLevel, minrt: i64, small: bool) -> bool {
+        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
+        stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small)
+    }
+
     /// Finds nodes and victims that make room for `j`, or `None`.
     /// Preemption ignores the backfill reservation, as Slurm's main
     /// scheduler preempts without knowing of backfill's plans.
@@ -240,9 +249,7 @@ impl Engine<'_> {
         // is the cheapest answer; tests ask it after checking the victims.)
         let (prio, minrt) = (self.jobs[j as usize].contract.priority, self.jobs[j as usize].contract.min_runtime);
         let small = self.is_small(j);
-        let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
-        let smaller_failed =
-            stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small);
+        let smaller_failed = self.smaller_failed(w, held, prio, minrt, small);
         if smaller_failed && !self.cfg.check_policy {
             return None;
         }
