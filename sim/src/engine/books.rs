@@ -7,6 +7,7 @@ use allot::contract::PriorityLevel;
 use allot::order::QueueGroup;
 
 use super::events::EventKind;
+use super::passes::WaitingFacts;
 use super::{Engine, PolicyKind, Run, RunEnd, Status};
 
 impl Engine<'_> {
@@ -25,8 +26,14 @@ impl Engine<'_> {
 
     pub(super) fn enqueue(&mut self, j: u32) {
         let g = self.group_of(j);
-        self.groups[g].insert(j);
-        self.by_size[g].entry(self.jobs[j as usize].held).or_default().insert(j);
+        let facts = WaitingFacts {
+            job: j,
+            held: self.jobs[j as usize].held,
+            remaining: self.remaining(j),
+            min_runtime: self.jobs[j as usize].contract.min_runtime,
+            small: self.is_small(j),
+        };
+        self.groups[g].insert(j, facts);
         self.jobs[j as usize].status = Status::Pending;
         self.pending += 1;
     }
@@ -34,14 +41,7 @@ impl Engine<'_> {
     pub(super) fn dequeue(&mut self, j: u32) {
         let g = self.group_of(j);
         let removed = self.groups[g].remove(&j);
-        debug_assert!(removed);
-        let held = self.jobs[j as usize].held;
-        let sizes = &mut self.by_size[g];
-        let set = sizes.get_mut(&held).expect("size indexed");
-        set.remove(&j);
-        if set.is_empty() {
-            sizes.remove(&held);
-        }
+        debug_assert!(removed.is_some());
         self.pending -= 1;
     }
 

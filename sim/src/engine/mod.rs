@@ -305,9 +305,7 @@ pub(crate) struct Engine<'a> {
     queue: EventQueue,
     /// Pending jobs per group, by index into the workload, which is in
     /// (submit, job_id) order: the order of jobs within a group.
-    groups: Vec<BTreeSet<u32>>,
-    /// The same, per group and held-GPU count.
-    by_size: Vec<BTreeMap<u32, BTreeSet<u32>>>,
+    groups: Vec<BTreeMap<u32, passes::WaitingFacts>>,
     pending: usize,
     /// Expected (release time, job) of every job that holds GPUs.
     releases: BTreeSet<(i64, u32)>,
@@ -346,6 +344,13 @@ pub(crate) struct Engine<'a> {
     /// And whether it was a small job (rule 4 without the margin: a small
     /// job may take more than a larger one).
     leaf_fail: Vec<(u64, u32, PriorityLevel, i64, bool)>,
+    /// Per (preemption row, may use every node, may take its own leaf's
+    /// runs, GPUs needed per node): the (pass, `placements`) at which no
+    /// node could be made room on.
+    no_candidates: Vec<(u64, u64)>,
+    /// Jobs started or preemptions made (what can turn a node that had
+    /// room free into one that needs preemption).
+    placements: u64,
     /// Per preemption row (waiting leaf, small or not: `row_of`): the leaves
     /// whose unprotected runs its jobs may take (this pass).
     allowed_list: Vec<Vec<u32>>,
@@ -448,6 +453,8 @@ impl<'a> Engine<'a> {
             failed_search: vec![None; jobs.len()],
             preempt_scratch: PreemptScratch::default(),
             leaf_fail: vec![(u64::MAX, 0, PriorityLevel::Low, 0, false); leaves],
+            no_candidates: vec![(u64::MAX, 0); 2 * leaves * 4 * (cfg.cluster.gpus_per_node as usize + 1)],
+            placements: 0,
             allowed_list: vec![Vec::new(); 2 * leaves],
             allowed_bits: vec![0; 2 * leaves],
             jobs,
@@ -456,8 +463,7 @@ impl<'a> Engine<'a> {
             leaves,
             on_node: vec![Vec::new(); cfg.cluster.nodes as usize],
             queue: EventQueue::default(),
-            groups: vec![BTreeSet::new(); n_groups],
-            by_size: vec![BTreeMap::new(); n_groups],
+            groups: vec![BTreeMap::new(); n_groups],
             pending: 0,
             releases: BTreeSet::new(),
             window: OccupancyWindow::new(leaves, cfg.tree.settings.lookback, start),

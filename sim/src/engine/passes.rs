@@ -29,24 +29,26 @@ pub(super) struct PassState {
     walk: Walk,
 }
 
-/// Past the reservation, a group's jobs up to the pass's cutoff, per size
-/// class (held GPUs), read once. A pass adds no pending job, removes only
-/// jobs it has visited, and a pending job's remaining work and contract do
-/// not change, so the copy stays right for the pass.
+/// Past the reservation, a group's jobs after the cursor up to the pass's
+/// cutoff, in order, read once. A pass adds no pending job and removes only
+/// jobs it has visited, so the copy stays right for the pass.
 #[derive(Default)]
 pub(super) struct Walk {
     group: Option<usize>,
-    /// (size, start, end, position) into `jobs`, sizes ascending.
-    classes: Vec<(u32, usize, usize, usize)>,
-    jobs: Vec<WalkJob>,
+    jobs: Vec<WaitingFacts>,
+    /// Jobs before it were visited or skipped.
+    position: usize,
 }
 
-#[derive(Clone, Copy)]
-pub(super) struct WalkJob {
-    job: u32,
-    remaining: i64,
-    min_runtime: i64,
-    small: bool,
+/// What a pass asks of a pending job, kept beside it in its group (none of
+/// it changes while the job waits), so a walk reads no job's record.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct WaitingFacts {
+    pub(super) job: u32,
+    pub(super) held: u32,
+    pub(super) remaining: i64,
+    pub(super) min_runtime: i64,
+    pub(super) small: bool,
 }
 
 /// Which scheduler runs a pass.
@@ -125,18 +127,18 @@ impl Engine<'_> {
             // `cutoff` is the last one of this group among them.
             let len = self.groups[g].len();
             let remaining = depth - tested;
-            let cutoff = if len > remaining { self.groups[g].iter().nth(remaining - 1).copied() } else { None };
+            let cutoff = if len > remaining { self.groups[g].keys().nth(remaining - 1).copied() } else { None };
             let mut cursor: Option<u32> = None;
             loop {
                 let next = if st.shadow.is_none() {
                     // In order, until a job blocks and takes the reservation.
                     match cursor {
-                        None => self.groups[g].iter().next().copied(),
-                        Some(c) => self.groups[g].range(c + 1..).next().copied(),
+                        None => self.groups[g].keys().next().copied(),
+                        Some(c) => self.groups[g].range(c + 1..).next().map(|(&j, _)| j),
                     }
                 } else {
                     // Past the reservation a job that can neither fit nor
-                    // preempt does nothing: visit only sizes that might.
+                    // preempt does nothing: visit only jobs that might.
                     self.next_that_might_start(g, cursor, cutoff, now, &mut st, ranking.as_ref())
                 };
                 let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
@@ -205,7 +207,7 @@ impl Engine<'_> {
     /// would only fail (`try_job` would change nothing for them; had one
     /// ended the pass, no later job could have started either).
     pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
-        let head = *self.groups[g].iter().next()?;
+        let head = *self.groups[g].keys().next()?;
         let mut bound = st.min_fail[0].max(st.min_fail[1]);
         let may_preempt = self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test;
         if may_preempt {
@@ -242,55 +244,41 @@ impl Engine<'_> {
         let mut walk = std::mem::take(&mut st.walk);
         if walk.group != Some(g) {
             walk.group = Some(g);
-            walk.classes.clear();
             walk.jobs.clear();
+            walk.position = 0;
             let from = cursor.map_or(0, |c| c + 1);
             let to = cutoff.unwrap_or(u32::MAX);
-            for (&size, set) in &self.by_size[g] {
-                let begin = walk.jobs.len();
-                if from <= to {
-                    walk.jobs.extend(set.range(from..=to).map(|&j| WalkJob {
-                        job: j,
-                        remaining: self.remaining(j),
-                        min_runtime: self.jobs[j as usize].contract.min_runtime,
-                        small: self.is_small(j),
-                    }));
-                }
-                walk.classes.push((size, begin, walk.jobs.len(), begin));
+            if from <= to {
+                walk.jobs.extend(self.groups[g].range(from..=to).map(|(_, &facts)| facts));
             }
         }
-        // A job `try_job` would do nothing for is skipped: it fits nowhere
-        // free (`min_fail`, `min_fail_late`), and it may not preempt or a
-        // smaller teammate found no room (the same test as the search's).
+        // Skipped: jobs of `bound` GPUs or more (the bound only falls during
+        // a pass), and jobs `try_job` would do nothing for: they fit nowhere
+        // free (`min_fail`, `min_fail_late`), and may not preempt, or a
+        // smaller teammate found no room, or their last search failed in
+        // circumstances that still hold (the search's own first tests).
         // Asked of the next job in order only, in the state it would be
         // visited in: which teammate failed last can change during a pass.
         let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
-        let best = loop {
-            let mut best: Option<(u32, usize)> = None;
-            for (k, class) in walk.classes.iter_mut().enumerate() {
-                let (size, _, end, mut pos) = *class;
-                if size >= bound {
-                    break; // sizes ascend
-                }
-                while pos < end && cursor.is_some_and(|c| walk.jobs[pos].job <= c) {
-                    pos += 1;
-                }
-                class.3 = pos;
-                if pos < end && best.is_none_or(|(b, _)| walk.jobs[pos].job < b) {
-                    best = Some((walk.jobs[pos].job, k));
-                }
+        let allot = self.cfg.policy == PolicyKind::Allot;
+        let mut best = None;
+        while let Some(&w) = walk.jobs.get(walk.position) {
+            let (j, size) = (w.job, w.held);
+            let skip = cursor.is_some_and(|c| j <= c) || size >= bound || {
+                let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
+                no_place
+                    && (!may_preempt
+                        || (!self.cfg.check_policy
+                            && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)
+                                || self.search_failed_before(j, 2 * leaf + usize::from(w.small), allot))))
+            };
+            if !skip {
+                best = Some(j);
+                break;
             }
-            let Some((j, k)) = best else { break None };
-            let (size, pos) = (walk.classes[k].0, walk.classes[k].3);
-            let w = walk.jobs[pos];
-            let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
-            let idle = no_place && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)));
-            if !idle {
-                break Some(j);
-            }
-            walk.classes[k].3 += 1;
-        };
+            walk.position += 1;
+        }
         st.walk = walk;
         best
     }
@@ -317,7 +305,7 @@ impl Engine<'_> {
     /// Tests: the walk's order is `order_jobs` over every pending job.
     pub(super) fn check_order(&self, order: &[usize], ranking: Option<&Ranking>) {
         let Some(r) = ranking else { return };
-        let ours: Vec<u32> = order.iter().flat_map(|&g| self.groups[g].iter().copied()).collect();
+        let ours: Vec<u32> = order.iter().flat_map(|&g| self.groups[g].keys().copied()).collect();
         let all: Vec<PendingJob> = ours.iter().map(|&j| self.pending_job(j)).collect();
         let policy: Vec<u32> = order_jobs(r, &all).into_iter().map(|i| ours[i]).collect();
         assert_eq!(ours, policy, "the engine's merge of groups differs from allot::order::order_jobs");
@@ -356,6 +344,7 @@ impl Engine<'_> {
     }
 
     pub(super) fn start_now(&mut self, j: u32, now: i64, place: Vec<(u32, u32)>, shadow: Option<&mut Shadow>, end: i64) {
+        self.placements += 1;
         if let Some(s) = shadow {
             for &(n, c) in &place {
                 s.consume(n, c, end);

@@ -231,6 +231,18 @@ impl Engine<'_> {
         stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small)
     }
 
+    /// Whether the last preemption search of `j` (of preemption row `row`)
+    /// failed in circumstances that still hold (then searching again
+    /// cannot succeed). Allot: only once the row's victims are known this pass.
+    pub(super) fn search_failed_before(&self, j: u32, row: usize, allot: bool) -> bool {
+        let sig = match allot {
+            false => 0,
+            true if self.victim_gpus_cache[row].0 == self.passes => self.victim_gpus_cache[row].1,
+            true => return false,
+        };
+        self.failed_search[j as usize] == Some(SearchKey { growth: self.growth, allowed: sig })
+    }
+
     /// Finds nodes and victims that make room for `j`, or `None`.
     /// Preemption ignores the backfill reservation, as Slurm's main
     /// scheduler preempts without knowing of backfill's plans.
@@ -282,15 +294,23 @@ impl Engine<'_> {
             }
         };
         let same = self.same_leaf_possible(j);
-        // Nodes where free GPUs and this job's possible victims make room.
+        // Nodes where free GPUs and this job's possible victims make room
+        // (none if none were for a job of the same row, nodes and need
+        // since the last start or preemption: nothing else adds room).
+        let none_key = ((row * 2 + usize::from(all)) * 2 + usize::from(same)) * (g as usize + 1) + need as usize;
         let candidates = &mut scratch.candidates;
         candidates.clear();
-        for ub in need..=g {
-            for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
-                let free = self.nodes.free_on(n);
-                if free < need && free + self.reclaimable_on(n, row, same) >= need {
-                    candidates.push(n);
+        if self.no_candidates[none_key] != (self.passes, self.placements) {
+            for ub in need..=g {
+                for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
+                    let free = self.nodes.free_on(n);
+                    if free < need && free + self.reclaimable_on(n, row, same) >= need {
+                        candidates.push(n);
+                    }
                 }
+            }
+            if candidates.is_empty() {
+                self.no_candidates[none_key] = (self.passes, self.placements);
             }
         }
         let free_nodes: Vec<u32> = if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(nodes_needed).collect() } else { Vec::new() };
@@ -414,6 +434,7 @@ impl Engine<'_> {
     }
 
     pub(super) fn execute_preemption(&mut self, j: u32, now: i64, plan: PreemptPlan) {
+        self.placements += 1;
         // The preemptor starts when the last of its victims is gone.
         let grace = plan.victims.iter().map(|&v| self.grace_of(v)).max().unwrap_or(0);
         self.dequeue(j);
