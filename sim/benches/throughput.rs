@@ -18,6 +18,10 @@
 //!   `allot simulate generate trace --seed 1`), on 600 GPUs, 53 days;
 //! - `300k jobs, generated`: the generated scenario over 215 days.
 //!
+//! `allot-np` is allot with preemption off (`preempt_max_job_test = 0`):
+//! fair-share order, main scheduler and backfill only, so the difference
+//! to `allot` is what preemption's searches cost.
+//!
 //! Every case also runs a **bare event loop** (`bare`): the same jobs,
 //! first come first served on first-fit nodes, no preemption, no backfill,
 //! no fair share: the floor of what any event-driven simulation of the
@@ -186,9 +190,12 @@ fn main() {
             case.workload.jobs.len() as f64 / bare_median,
             1.0
         );
-        for policy in [PolicyKind::Allot, PolicyKind::Baseline] {
+        for (label, policy, preempt) in [("allot", PolicyKind::Allot, true), ("allot-np", PolicyKind::Allot, false), ("baseline", PolicyKind::Baseline, true)] {
             let mut cfg = Config::new(cluster, case.tree.clone(), policy);
             cfg.horizon = case.horizon;
+            if !preempt {
+                cfg.preempt_max_job_test = 0;
+            }
             let mut times = Vec::new();
             let mut days = 0.0;
             for _ in 0..runs {
@@ -204,7 +211,7 @@ fn main() {
             println!(
                 "{:<22} {:>8} {:>9} {:>6.1} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>8.2}",
                 case.name,
-                policy.name(),
+                label,
                 case.workload.jobs.len(),
                 days,
                 min,

@@ -241,6 +241,9 @@ impl Engine<'_> {
             }
             bound = bound.max(room);
         }
+        if bound <= 1 {
+            return None; // no job has fewer GPUs
+        }
         let mut walk = std::mem::take(&mut st.walk);
         if walk.group != Some(g) {
             walk.group = Some(g);
