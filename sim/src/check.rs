@@ -38,6 +38,12 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
     let prepared = &out.prepared;
     let capacity = cfg.cluster.capacity() as i64;
 
+    // 0. The idle time's causes add up to it.
+    let c = out.idle_by_cause;
+    if c.backfill_limits + c.whole_node_rule + c.no_job_fits != out.idle_while_waiting || c.backfill_limits.min(c.whole_node_rule).min(c.no_job_fits) < 0 {
+        bad.push(format!("idle GPU-seconds by cause {c:?} do not add up to {}", out.idle_while_waiting));
+    }
+
     // 1. Slots: no overlap per GPU; total in use never above capacity.
     // (node, GPU) -> (start, end, job) of the runs that held it.
     type SlotRuns = HashMap<(u32, u32), Vec<(i64, i64, u32)>>;

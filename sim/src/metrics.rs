@@ -130,6 +130,9 @@ pub struct Report {
     /// GPU-hours free while jobs waited: what fragmentation, reservations
     /// and the scan depth left unused.
     pub idle_gpu_hours_while_jobs_waited: f64,
+    /// The same by cause ([`crate::IdleByCause`]), and the GPU-hours
+    /// preemptors held idle in their victims' grace time.
+    pub idle_gpu_hours_by_cause: IdleHoursByCause,
     /// GPU-hours held idle by preemptors during their victims' grace time.
     pub gpu_hours_claimed_in_grace: f64,
     pub contracts_clamped_to_cap: u32,
@@ -148,6 +151,17 @@ pub struct Report {
     /// Wall-clock time of the simulation itself; `null` with `--no-timing`.
     pub sim_seconds: Option<f64>,
     pub simulated_days_per_second: Option<f64>,
+}
+
+/// GPU-hours idle while jobs waited, by cause (the first three add up to
+/// `idle_gpu_hours_while_jobs_waited`); `grace_time` is
+/// `gpu_hours_claimed_in_grace`, GPUs held, not free.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct IdleHoursByCause {
+    pub backfill_limits: f64,
+    pub whole_node_rule: f64,
+    pub no_job_fits: f64,
+    pub grace_time: f64,
 }
 
 /// Nearest-rank percentile of sorted values.
@@ -562,6 +576,12 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         max_gpus_in_use: outcome.max_gpus_in_use,
         gpu_seconds_delivered: delivered,
         idle_gpu_hours_while_jobs_waited: round3(outcome.idle_while_waiting as f64 / HOUR as f64),
+        idle_gpu_hours_by_cause: IdleHoursByCause {
+            backfill_limits: round3(outcome.idle_by_cause.backfill_limits as f64 / HOUR as f64),
+            whole_node_rule: round3(outcome.idle_by_cause.whole_node_rule as f64 / HOUR as f64),
+            no_job_fits: round3(outcome.idle_by_cause.no_job_fits as f64 / HOUR as f64),
+            grace_time: round3(outcome.claimed_idle as f64 / HOUR as f64),
+        },
         gpu_hours_claimed_in_grace: round3(outcome.claimed_idle as f64 / HOUR as f64),
         contracts_clamped_to_cap: outcome.prepared.clamped_to_cap,
         teams,
@@ -699,6 +719,9 @@ pub fn table(reports: &[Report]) -> String {
     row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));
     row("gpu_hours_delivered", &|r| format!("{:.0}", r.gpu_seconds_delivered as f64 / 3600.0));
     row("idle_gpu_hours_while_jobs_waited", &|r| format!("{:.0}", r.idle_gpu_hours_while_jobs_waited));
+    row("  idle: backfill_limits", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.backfill_limits));
+    row("  idle: whole_node_rule", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.whole_node_rule));
+    row("  idle: no_job_fits", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.no_job_fits));
     row("gpu_hours_claimed_in_grace", &|r| format!("{:.0}", r.gpu_hours_claimed_in_grace));
     row("teams_at_95pct_of_owed", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
     row("teams_at_95pct_of_owed_at_submission", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed_at_submission));

@@ -92,6 +92,9 @@ fn a_preemption_by_hand() {
     assert_eq!((r.preemptions, r.preemptions_of_unallocated, r.preemptions_within_team), (1, 1, 0));
     assert!(close(r.gpu_hours_lost_to_preemption, 600.0 / H));
     assert!(close(r.gpu_hours_claimed_in_grace, 600.0 / H));
+    assert!(close(r.idle_gpu_hours_by_cause.grace_time, 600.0 / H));
+    // 1 GPU free while job 0 (2 GPUs) waits: no waiting job fits.
+    assert!(close(r.idle_gpu_hours_by_cause.no_job_fits, 1.0));
     assert!(close(r.idle_gpu_hours_while_jobs_waited, 1.0));
     // Job 1 waited its victim's grace time: waits 0 and 300.
     assert_eq!((r.wait_p50_s, r.wait_p90_s), (0, 300));
@@ -111,4 +114,46 @@ fn a_preemption_by_hand() {
     assert!(close(a.owed_at_submission_gpu_hours, 2.0) && b.owed_at_submission_gpu_hours == 0.0);
     assert_eq!(b.delivered_over_owed_at_submission, None);
     assert!(close(b.charged_gpu_hours, 3.0) && a.charged_gpu_hours == 0.0);
+}
+
+/// Three nodes of 4 GPUs, every job protected for its whole runtime:
+/// - jobs 0-2, 3 GPUs, 1 h, at 0: one per node (best fit: each takes the
+///   emptiest node left);
+/// - jobs 3-5, 1 GPU, 7 h, at 0: the last GPU of each node;
+/// - job 6, 8 GPUs (two whole nodes), 1 h, at 1 s: waits. From 1 h to 7 h
+///   9 GPUs are free, 3 per node: enough in number, but no node is whole:
+///   6 h x 9 GPUs idle by the whole-node rule.
+#[test]
+fn idle_gpus_split_by_cause_whole_nodes_by_hand() {
+    let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,kind\n\
+               0,0,3,3600,a,3600,true,training\n1,0,3,3600,a,3600,true,training\n2,0,3,3600,a,3600,true,training\n\
+               3,0,1,25200,a,25200,true,training\n4,0,1,25200,a,25200,true,training\n5,0,1,25200,a,25200,true,training\n\
+               6,1,8,3600,a,3600,true,training\n";
+    let r = run(csv, "3x4", "");
+    let c = r.idle_gpu_hours_by_cause;
+    assert!(close(c.whole_node_rule, 54.0), "{c:?}");
+    assert!(close(c.backfill_limits, 0.0) && close(c.no_job_fits, 0.0), "{c:?}");
+    assert!(close(r.idle_gpu_hours_while_jobs_waited, 54.0));
+}
+
+/// One node of 4 GPUs, every job protected for its whole runtime:
+/// - job 0, 2 GPUs, 2 h, at 0: runs 0-7200;
+/// - job 1, 4 GPUs, 1 h, at 1 s: waits for job 0; backfill reserves the
+///   node for it at 7200. From 1 s to 2 s no waiting job fits the 2 free
+///   GPUs: 2 GPU-seconds idle because no job fits;
+/// - job 2, 2 GPUs, 3 h, at 2 s: it fits the 2 free GPUs but would end
+///   after 7200 and delay job 1, so backfill leaves it: 2 GPUs idle from 2 s
+///   to 7200 s by the scheduler's limits (the reservation). Job 1 runs
+///   7200-10800, job 2 10800-21600.
+#[test]
+fn idle_gpus_split_by_cause_reservation_by_hand() {
+    let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,kind\n\
+               0,0,2,7200,a,7200,true,training\n1,1,4,3600,a,3600,true,training\n2,2,2,10800,a,10800,true,training\n";
+    let r = run(csv, "1x4", "");
+    let c = r.idle_gpu_hours_by_cause;
+    assert!(close(c.no_job_fits, 2.0 / H), "{c:?}");
+    assert!(close(c.backfill_limits, 2.0 * 7198.0 / H), "{c:?}");
+    assert!(close(c.whole_node_rule, 0.0), "{c:?}");
+    assert!(close(r.idle_gpu_hours_while_jobs_waited, 2.0 * 7199.0 / H));
+    assert_eq!(r.wait_p50_s, 7199);
 }

@@ -34,6 +34,8 @@ impl Engine<'_> {
             small: self.is_small(j),
         };
         self.groups[g].insert(j, facts);
+        let all = usize::from(self.may_use_all_nodes(j));
+        *self.pending_sizes[all].entry(facts.held).or_insert(0) += 1;
         self.jobs[j as usize].status = Status::Pending;
         self.pending += 1;
     }
@@ -42,6 +44,13 @@ impl Engine<'_> {
         let g = self.group_of(j);
         let removed = self.groups[g].remove(&j);
         debug_assert!(removed.is_some());
+        let (all, held) = (usize::from(self.may_use_all_nodes(j)), self.jobs[j as usize].held);
+        let sizes = &mut self.pending_sizes[all];
+        let count = sizes.get_mut(&held).expect("size counted");
+        *count -= 1;
+        if *count == 0 {
+            sizes.remove(&held);
+        }
         self.pending -= 1;
     }
 

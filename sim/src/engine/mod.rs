@@ -236,8 +236,38 @@ pub struct Outcome {
     pub preempt_searches: u64,
     /// GPU-seconds free while jobs waited (they did not fit, or were not reached).
     pub idle_while_waiting: i64,
+    /// The same, split by cause (the parts add up to it).
+    pub idle_by_cause: IdleByCause,
     /// GPU-seconds held idle by preemptors waiting out their victims' grace time.
     pub claimed_idle: i64,
+}
+
+/// GPU-seconds free while jobs waited, by why no waiting job ran on them.
+/// Each stretch of time between two events goes wholly to the first cause
+/// that holds in it, in this order:
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct IdleByCause {
+    /// Some waiting job fits the free GPUs now, but the scheduler did not
+    /// start it: the backfill reservation (it would delay the job reserved
+    /// for), the scan depth, the wait for the next backfill cycle, or, under
+    /// baseline, its team's limit.
+    pub backfill_limits: i64,
+    /// No waiting job fits, but a multi-node job would fit the free GPUs'
+    /// number: they are spread over partly used nodes, and such a job takes
+    /// whole nodes.
+    pub whole_node_rule: i64,
+    /// No waiting job fits the free GPUs, whatever their layout: every
+    /// waiting job is larger than what is free on any node (and than the
+    /// free GPUs' number, for multi-node jobs).
+    pub no_job_fits: i64,
+}
+
+/// Which field of [`IdleByCause`] a stretch of idle time goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdleCause {
+    BackfillLimits,
+    WholeNodeRule,
+    NoJobFits,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -362,6 +392,10 @@ pub(crate) struct Engine<'a> {
     /// GPUs held by jobs that have not started (preemptors in the grace time).
     claimed: u32,
     idle_while_waiting: i64,
+    idle_by_cause: IdleByCause,
+    /// Pending jobs by held GPUs, for jobs that may not (`[0]`) and may
+    /// (`[1]`) use the small-job nodes: (size, count).
+    pending_sizes: [BTreeMap<u32, u32>; 2],
     claimed_idle: i64,
     // Outputs.
     runs: Vec<Run>,
@@ -485,6 +519,8 @@ impl<'a> Engine<'a> {
             in_use: 0,
             claimed: 0,
             idle_while_waiting: 0,
+            idle_by_cause: IdleByCause::default(),
+            pending_sizes: [BTreeMap::new(), BTreeMap::new()],
             claimed_idle: 0,
             runs: Vec::new(),
             demand_log: vec![Vec::new(); leaves],
@@ -514,8 +550,14 @@ impl<'a> Engine<'a> {
             if t > horizon {
                 break;
             }
-            if self.pending > 0 {
-                self.idle_while_waiting += self.nodes.free_total() as i64 * (t - now);
+            if self.pending > 0 && self.nodes.free_total() > 0 {
+                let idle = self.nodes.free_total() as i64 * (t - now);
+                self.idle_while_waiting += idle;
+                match self.idle_cause() {
+                    IdleCause::BackfillLimits => self.idle_by_cause.backfill_limits += idle,
+                    IdleCause::WholeNodeRule => self.idle_by_cause.whole_node_rule += idle,
+                    IdleCause::NoJobFits => self.idle_by_cause.no_job_fits += idle,
+                }
             }
             self.claimed_idle += self.claimed as i64 * (t - now);
             now = t;
@@ -554,6 +596,32 @@ impl<'a> Engine<'a> {
         }
         let end = if self.cfg.horizon.is_some() { horizon.max(now) } else { now };
         self.finish(start, end)
+    }
+
+    /// Why the free GPUs are idle while jobs wait (see [`IdleByCause`]).
+    /// Fitting is monotone in size, so the smallest waiting jobs decide.
+    fn idle_cause(&self) -> IdleCause {
+        let g = self.g;
+        let mut spread = false;
+        for all in [false, true] {
+            let sizes = &self.pending_sizes[usize::from(all)];
+            if let Some((&one_node, _)) = sizes.range(..=g).next() {
+                if self.nodes.fits_one_for(one_node, all) {
+                    return IdleCause::BackfillLimits;
+                }
+            }
+            if let Some((&multi, _)) = sizes.range(g + 1..).next() {
+                if self.nodes.whole_free_for(all) >= multi / g {
+                    return IdleCause::BackfillLimits;
+                }
+                spread |= multi <= self.nodes.free_total_for(all);
+            }
+        }
+        if spread {
+            IdleCause::WholeNodeRule
+        } else {
+            IdleCause::NoJobFits
+        }
     }
 
     /// Nothing runs, nothing will happen but backfill passes, and jobs still wait:
@@ -689,6 +757,7 @@ impl<'a> Engine<'a> {
             passes: self.passes,
             preempt_searches: self.preempt_searches,
             idle_while_waiting: self.idle_while_waiting,
+            idle_by_cause: self.idle_by_cause,
             claimed_idle: self.claimed_idle,
         }
     }
