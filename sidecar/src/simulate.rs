@@ -14,7 +14,7 @@ use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
 use allot::duration::{format_duration, parse_duration};
 use allot_sim::cluster::MAX_GPUS_PER_NODE;
 use allot_sim::generate::{debug_scenario, derive, scenario, DebugParams, DeriveParams, ScenarioParams, DEBUG_VARIANTS};
-use allot_sim::{metrics, plot, prepare, simulate_prepared, ClusterSpec, Config, PolicyKind, Workload};
+use allot_sim::{metrics, plot, prepare, simulate_prepared, ClusterSpec, Config, Placement, PolicyKind, Workload};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 
@@ -48,6 +48,10 @@ enum GenerateCommand {
     /// Fill in a trace's missing columns (user, min_runtime_s, resumable,
     /// priority, kind) by the seeded rule of sim/README.md; optionally replicate it.
     Trace(TraceArgs),
+}
+
+fn placement(s: &str) -> Result<Placement, String> {
+    Placement::parse(s).ok_or_else(|| format!("unknown placement {s:?}: use best-fit or first-fit"))
 }
 
 fn duration(s: &str) -> Result<i64, String> {
@@ -196,6 +200,15 @@ struct RunArgs {
     /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). 0: none.
     #[arg(long, default_value_t = 0)]
     small_job_nodes: u32,
+    /// Where single-node jobs go among the nodes they fit: best-fit (the fullest node that fits, as Slurm's select/cons_tres; keeps whole nodes whole) or first-fit (the lowest-numbered, for comparison).
+    #[arg(long, default_value = "best-fit", value_parser = placement)]
+    placement: Placement,
+    /// Preemption leaves backfill's reservation for the first blocked job alone, as backfill's own starts do (default: Slurm's behaviour, where the main scheduler preempts without knowing backfill's plans).
+    #[arg(long)]
+    preempt_around_reservation: bool,
+    /// Backfill's reservation counts a running job the blocked job may preempt as released when its protection ends (plus grace), not when it ends (allot).
+    #[arg(long)]
+    plan_with_protection_ends: bool,
     /// Stop this long after the first submission (default: when every job is done).
     #[arg(long, value_parser = duration)]
     horizon: Option<i64>,
@@ -416,6 +429,9 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.default_queue_depth = a.default_queue_depth;
         cfg.bf_interval = a.bf_interval;
         cfg.small_job_nodes = a.small_job_nodes;
+        cfg.placement = a.placement;
+        cfg.preempt_around_reservation = a.preempt_around_reservation;
+        cfg.plan_with_protection_ends = a.plan_with_protection_ends;
         cfg.horizon = a.horizon.map(|h| first + h);
         let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(1000);
@@ -481,6 +497,9 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "default_queue_depth": a.default_queue_depth,
                 "bf_interval_s": a.bf_interval,
                 "small_job_nodes": a.small_job_nodes,
+                "placement": a.placement,
+                "preempt_around_reservation": a.preempt_around_reservation,
+                "plan_with_protection_ends": a.plan_with_protection_ends,
                 "horizon_s": a.horizon,
             },
             "reports": reports,

@@ -226,6 +226,11 @@ impl Nodes {
         (gpus..=self.g).find_map(|f| self.with_free(f).find(|&n| ok(n)))
     }
 
+    /// The lowest-numbered node with at least `gpus` free that `ok` accepts.
+    pub fn first_fit(&self, gpus: u32, mut ok: impl FnMut(u32) -> bool) -> Option<u32> {
+        (gpus..=self.g).filter_map(|f| self.with_free(f).find(|&n| ok(n))).min()
+    }
+
     /// The `count` lowest-numbered wholly free nodes that `ok` accepts.
     pub fn whole_nodes(&self, count: u32, mut ok: impl FnMut(u32) -> bool) -> Option<Vec<u32>> {
         let picked: Vec<u32> = self.with_free(self.g).filter(|&n| ok(n)).take(count as usize).collect();

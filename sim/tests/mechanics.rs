@@ -362,3 +362,24 @@ fn within_a_leaf_declared_priority_goes_first() {
     let bstart = |id| runs_of(&base, &w, id)[0].start;
     assert!(bstart(2) < bstart(3) && bstart(3) < bstart(4));
 }
+
+/// Placement, by hand, on two nodes of 4 GPUs:
+/// - job 0, 2 GPUs, 1 h, and job 1, 3 GPUs, 10 h, at 0: node 0 and node 1;
+/// - at 2 h node 0 is whole again and node 1 has 1 GPU free. Job 2, 1 GPU,
+///   10 h, at 2 h: best fit puts it on node 1 (the fullest that fits),
+///   first fit on node 0 (the lowest-numbered);
+/// - job 3, 4 GPUs, 1 h, at 2 h + 1 s: with best fit node 0 is whole and it
+///   starts at once; with first fit it waits for a whole node until 12 h,
+///   when jobs 1 and 2 end.
+#[test]
+fn best_fit_keeps_a_node_whole_that_first_fit_breaks() {
+    let w = workload("0,0,2,3600,a,3600,true,normal\n1,0,3,36000,a,28800,true,normal\n2,7200,1,36000,a,28800,true,normal\n3,7201,4,3600,a,3600,true,normal\n");
+    let best = run(&w, &config("2x4", "", PolicyKind::Allot));
+    let mut cfg = config("2x4", "", PolicyKind::Allot);
+    cfg.placement = allot_sim::Placement::FirstFit;
+    let first = run(&w, &cfg);
+    let node_of = |sim: &Simulation, id| runs_of(sim, &w, id)[0].slots[0].0;
+    assert_eq!((node_of(&best, 2), node_of(&first, 2)), (1, 0));
+    assert_eq!(runs_of(&best, &w, 3)[0].start, 7201);
+    assert_eq!(runs_of(&first, &w, 3)[0].start, 36_000);
+}

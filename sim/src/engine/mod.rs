@@ -130,6 +130,39 @@ pub struct Config {
     /// (`PreemptRules::may_use_small_job_nodes`; Slurm: allot.conf's
     /// `SmallJobPartition`). 0: none. Less than the cluster's nodes.
     pub small_job_nodes: u32,
+    /// Where a job of one node's GPUs or fewer goes among the nodes it fits.
+    pub placement: Placement,
+    /// Preemption leaves the backfill reservation alone, as backfill's own
+    /// starts do: a preemptor that would still run at the reserved start may
+    /// not take the reserved nodes' GPUs (off: as Slurm, whose main
+    /// scheduler preempts without knowing backfill's plans).
+    pub preempt_around_reservation: bool,
+    /// Allot: backfill's reservation for the first blocked job counts a
+    /// running job it may preempt as released when that job's protection
+    /// ends (plus the grace time), not when it ends: protection-end times
+    /// used to plan.
+    pub plan_with_protection_ends: bool,
+}
+
+/// Placement of single-node jobs (multi-node jobs take whole free nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Placement {
+    /// The node with the fewest free GPUs that fit (Slurm's select/cons_tres
+    /// packs the same way): partly used nodes fill up first, whole ones stay whole.
+    BestFit,
+    /// The lowest-numbered node that fits, however full: for comparison.
+    FirstFit,
+}
+
+impl Placement {
+    pub fn parse(s: &str) -> Option<Placement> {
+        match s {
+            "best-fit" => Some(Placement::BestFit),
+            "first-fit" => Some(Placement::FirstFit),
+            _ => None,
+        }
+    }
 }
 
 impl Config {
@@ -149,6 +182,9 @@ impl Config {
             baseline_priority_levels: false,
             check_policy: false,
             small_job_nodes: 0,
+            placement: Placement::BestFit,
+            preempt_around_reservation: false,
+            plan_with_protection_ends: false,
         }
     }
 }

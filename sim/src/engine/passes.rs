@@ -4,8 +4,9 @@
 
 use allot::fairshare::Ranking;
 use allot::order::{order_jobs, PendingJob, QueueGroup};
+use allot::preempt::may_preempt_with;
 
-use super::{Engine, PolicyKind};
+use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
 pub(super) struct PassState {
@@ -186,7 +187,14 @@ impl Engine<'_> {
         // Preemptible jobs never preempt (allot: the policy refuses
         // unallocated preemptors itself; skipping the search saves time).
         if allocated && st.searches < self.cfg.preempt_max_job_test {
-            if let Some(plan) = self.plan_preemption(j, now, ranking, &mut st.searches) {
+            let around = if self.cfg.preempt_around_reservation { st.shadow.as_ref() } else { None };
+            if let Some(plan) = self.plan_preemption(j, now, ranking, around, &mut st.searches) {
+                if let Some(s) = st.shadow.as_mut().filter(|_| self.cfg.preempt_around_reservation) {
+                    let end = now + self.max_grace() + self.remaining(j);
+                    for &(n, c) in plan.nodes() {
+                        s.consume(n, c, end);
+                    }
+                }
                 self.execute_preemption(j, now, plan);
                 return true;
             }
@@ -195,7 +203,7 @@ impl Engine<'_> {
             return false; // the main scheduler stops at the first job that cannot start
         }
         if st.shadow.is_none() {
-            st.shadow = self.reserve(j, now);
+            st.shadow = self.reserve(j, now, ranking);
         }
         // No GPU free and none to take (allot: the unallocated tier, which
         // comes last, never preempts): nothing further can start.
@@ -334,12 +342,16 @@ impl Engine<'_> {
     pub(super) fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>, all: bool) -> Option<Vec<(u32, u32)>> {
         let ok = |n: u32, gpus: u32| self.nodes.usable(n, all) && shadow.is_none_or(|s| s.allows(n, gpus, end));
         if held <= self.g {
+            let fit = |accept: &dyn Fn(u32) -> bool| match self.cfg.placement {
+                Placement::BestFit => self.nodes.best_fit(held, accept),
+                Placement::FirstFit => self.nodes.first_fit(held, accept),
+            };
             if all && self.cfg.small_job_nodes > 0 {
-                if let Some(n) = self.nodes.best_fit(held, |n| self.nodes.is_small_job_node(n) && ok(n, held)) {
+                if let Some(n) = fit(&|n| self.nodes.is_small_job_node(n) && ok(n, held)) {
                     return Some(vec![(n, held)]);
                 }
             }
-            self.nodes.best_fit(held, |n| ok(n, held)).map(|n| vec![(n, held)])
+            fit(&|n| ok(n, held)).map(|n| vec![(n, held)])
         } else {
             let g = self.g;
             self.nodes.whole_nodes(held / g, |n| ok(n, g)).map(|v| v.into_iter().map(|n| (n, g)).collect())
@@ -368,15 +380,37 @@ impl Engine<'_> {
         self.guaranteed_gpus[job.leaf as usize] + job.held <= self.limit[job.leaf as usize]
     }
 
-    /// The earliest time and place `j` fits, from the expected releases.
-    pub(super) fn reserve(&mut self, j: u32, now: i64) -> Option<Shadow> {
+    /// The earliest time and place `j` fits, from the expected releases
+    /// (with `plan_with_protection_ends`, allot: a run `j` may preempt is
+    /// released when its protection ends and its grace time is over).
+    pub(super) fn reserve(&mut self, j: u32, now: i64, ranking: Option<&Ranking>) -> Option<Shadow> {
         let held = self.jobs[j as usize].held;
         let g = self.g;
         let all = self.may_use_all_nodes(j);
         let mut touched: Vec<u32> = Vec::new();
         let mut result = None;
+        let releases: Vec<(i64, u32)> = match ranking {
+            Some(r) if self.cfg.plan_with_protection_ends && self.jobs[j as usize].contract.is_allocated() => {
+                let waiting = self.waiting_view(j);
+                let grace = self.max_grace();
+                let mut planned: Vec<(i64, u32)> = self
+                    .releases
+                    .iter()
+                    .map(|&(t, v)| {
+                        let running = self.running_view(v);
+                        let from = running.protected_until().max(now);
+                        // May `j` preempt it once it is unprotected (by today's standings)?
+                        let takes = from < t && may_preempt_with(&running, &waiting, from, r, self.rules).allowed();
+                        (if takes { (from + grace).min(t) } else { t }, v)
+                    })
+                    .collect();
+                planned.sort_unstable();
+                planned
+            }
+            _ => self.releases.iter().copied().collect(),
+        };
         if held <= g {
-            'scan: for &(t, v) in &self.releases {
+            'scan: for &(t, v) in &releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
                     if !self.nodes.usable(n, all) {
                         continue;
@@ -395,7 +429,7 @@ impl Engine<'_> {
         } else {
             let need = (held / g) as usize;
             let mut whole: Vec<u32> = Vec::new();
-            'scan2: for &(t, v) in &self.releases {
+            'scan2: for &(t, v) in &releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
                     if !self.nodes.usable(n, all) {
                         continue;

@@ -8,6 +8,7 @@ use allot::budget::LeafId;
 use allot::preempt::{grace_for, may_preempt_with, outranks_by, victim_order, within_team, RunningJob, WaitingJob};
 
 use super::events::EventKind;
+use super::passes::Shadow;
 use super::{Engine, PolicyKind, Status};
 
 /// What a failed preemption search depended on: while both stay the
@@ -34,6 +35,13 @@ pub(super) struct PreemptScratch {
 pub(super) struct PreemptPlan {
     nodes: Vec<(u32, u32)>,
     victims: Vec<u32>,
+}
+
+impl PreemptPlan {
+    /// (node, GPUs the preemptor will hold there).
+    pub(super) fn nodes(&self) -> &[(u32, u32)] {
+        &self.nodes
+    }
 }
 
 impl Engine<'_> {
@@ -246,14 +254,23 @@ impl Engine<'_> {
     /// Finds nodes and victims that make room for `j`, or `None`.
     /// Preemption ignores the backfill reservation, as Slurm's main
     /// scheduler preempts without knowing of backfill's plans.
-    pub(super) fn plan_preemption(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, searches: &mut usize) -> Option<PreemptPlan> {
+    /// `around`: a backfill reservation to leave alone.
+    pub(super) fn plan_preemption(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, around: Option<&Shadow>, searches: &mut usize) -> Option<PreemptPlan> {
         let mut scratch = std::mem::take(&mut self.preempt_scratch);
-        let plan = self.plan_preemption_with(&mut scratch, j, now, ranking, searches);
+        let plan = self.plan_preemption_with(&mut scratch, j, now, ranking, around, searches);
         self.preempt_scratch = scratch;
         plan
     }
 
-    fn plan_preemption_with(&mut self, scratch: &mut PreemptScratch, j: u32, now: i64, ranking: Option<&Ranking>, searches: &mut usize) -> Option<PreemptPlan> {
+    fn plan_preemption_with(
+        &mut self,
+        scratch: &mut PreemptScratch,
+        j: u32,
+        now: i64,
+        ranking: Option<&Ranking>,
+        around: Option<&Shadow>,
+        searches: &mut usize,
+    ) -> Option<PreemptPlan> {
         let held = self.jobs[j as usize].held;
         let w = self.jobs[j as usize].leaf as usize;
         // Room only shrinks during a pass: a smaller job of the same leaf,
@@ -285,8 +302,15 @@ impl Engine<'_> {
         if smaller_failed {
             return None;
         }
+        // Where a reservation must be left alone (its nodes, if the
+        // preemptor would still run at its start). A failure that depended
+        // on it is not remembered past this pass: the next may have none.
+        let end = now + self.max_grace() + self.remaining(j);
+        let reserved = |n: u32, gpus: u32| around.is_some_and(|s| !s.allows(n, gpus, end));
         let fail = |this: &mut Self| {
-            this.failed_search[j as usize] = Some(key);
+            if around.is_none() {
+                this.failed_search[j as usize] = Some(key);
+            }
             let passes = this.passes;
             let e = &mut this.leaf_fail[w];
             if e.0 != passes || held < e.1 {
@@ -300,20 +324,21 @@ impl Engine<'_> {
         let none_key = ((row * 2 + usize::from(all)) * 2 + usize::from(same)) * (g as usize + 1) + need as usize;
         let candidates = &mut scratch.candidates;
         candidates.clear();
-        if self.no_candidates[none_key] != (self.passes, self.placements) {
+        if around.is_some() || self.no_candidates[none_key] != (self.passes, self.placements) {
             for ub in need..=g {
-                for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all)) {
+                for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all) && !reserved(n, need)) {
                     let free = self.nodes.free_on(n);
                     if free < need && free + self.reclaimable_on(n, row, same) >= need {
                         candidates.push(n);
                     }
                 }
             }
-            if candidates.is_empty() {
+            if candidates.is_empty() && around.is_none() {
                 self.no_candidates[none_key] = (self.passes, self.placements);
             }
         }
-        let free_nodes: Vec<u32> = if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(nodes_needed).collect() } else { Vec::new() };
+        let free_nodes: Vec<u32> =
+            if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all) && !reserved(n, g)).take(nodes_needed).collect() } else { Vec::new() };
         if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
             fail(self);
             return None;
@@ -385,6 +410,11 @@ impl Engine<'_> {
             }
         }
         Some(plan)
+    }
+
+    /// The longest grace time a victim gets: when a preemptor starts, at the latest.
+    pub(super) fn max_grace(&self) -> i64 {
+        self.cfg.tree.settings.grace.max(self.cfg.tree.settings.unallocated_grace)
     }
 
     pub(super) fn gpus_on(&self, v: u32, node: u32) -> u32 {
