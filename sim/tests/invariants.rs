@@ -301,7 +301,8 @@ fn the_readme_scenario_shows_what_the_design_predicts() {
 /// (none is a no-op).
 #[test]
 fn fragmentation_knobs_keep_every_invariant_and_each_changes_the_run() {
-    let knobs: [(&str, fn(&mut Config)); 3] = [
+    type Knob = (&'static str, fn(&mut Config));
+    let knobs: [Knob; 3] = [
         ("first fit", |c| c.placement = allot_sim::Placement::FirstFit),
         ("preempt around reservation", |c| c.preempt_around_reservation = true),
         ("plan with protection ends", |c| c.plan_with_protection_ends = true),
