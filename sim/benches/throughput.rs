@@ -178,18 +178,7 @@ fn main() {
         bare.sort_by(f64::total_cmp);
         let bare_min = bare[0];
         let bare_median = bare[bare.len() / 2];
-        println!(
-            "{:<22} {:>8} {:>9} {:>6.1} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>8.2}",
-            case.name,
-            "bare",
-            case.workload.jobs.len(),
-            bare_days,
-            bare_min,
-            bare_median,
-            bare_days / bare_median,
-            case.workload.jobs.len() as f64 / bare_median,
-            1.0
-        );
+        print_row(case, "bare", bare_days, &bare, bare_min);
         for (label, policy, preempt) in [("allot", PolicyKind::Allot, true), ("allot-np", PolicyKind::Allot, false), ("baseline", PolicyKind::Baseline, true)] {
             let mut cfg = Config::new(cluster, case.tree.clone(), policy);
             cfg.horizon = case.horizon;
@@ -207,19 +196,26 @@ fn main() {
                 times.push(sim.report.sim_seconds.unwrap_or(wall));
             }
             times.sort_by(f64::total_cmp);
-            let (min, median) = (times[0], times[times.len() / 2]);
-            println!(
-                "{:<22} {:>8} {:>9} {:>6.1} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>8.2}",
-                case.name,
-                label,
-                case.workload.jobs.len(),
-                days,
-                min,
-                median,
-                days / median,
-                case.workload.jobs.len() as f64 / median,
-                min / bare_min
-            );
+            print_row(case, label, days, &times, bare_min);
         }
     }
+}
+
+/// One line of the table; `times` sorted; the last column is the fastest
+/// run over the bare loop's fastest.
+fn print_row(case: &Case, label: &str, days: f64, times: &[f64], bare_min: f64) {
+    let (min, median) = (times[0], times[times.len() / 2]);
+    let jobs = case.workload.jobs.len();
+    println!(
+        "{:<22} {:>8} {:>9} {:>6.1} {:>9.3} {:>9.3} {:>9.0} {:>9.0} {:>8.2}",
+        case.name,
+        label,
+        jobs,
+        days,
+        min,
+        median,
+        days / median,
+        jobs as f64 / median,
+        min / bare_min
+    );
 }
