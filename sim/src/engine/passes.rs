@@ -389,7 +389,7 @@ impl Engine<'_> {
         let all = self.may_use_all_nodes(j);
         let mut touched: Vec<u32> = Vec::new();
         let mut result = None;
-        let releases: Vec<(i64, u32)> = match ranking {
+        let planned: Option<Vec<(i64, u32)>> = match ranking {
             Some(r) if self.cfg.plan_with_protection_ends && self.jobs[j as usize].contract.is_allocated() => {
                 let waiting = self.waiting_view(j);
                 let grace = self.max_grace();
@@ -405,12 +405,16 @@ impl Engine<'_> {
                     })
                     .collect();
                 planned.sort_unstable();
-                planned
+                Some(planned)
             }
-            _ => self.releases.iter().copied().collect(),
+            _ => None,
+        };
+        let mut releases: Box<dyn Iterator<Item = &(i64, u32)>> = match &planned {
+            Some(p) => Box::new(p.iter()),
+            None => Box::new(self.releases.iter()),
         };
         if held <= g {
-            'scan: for &(t, v) in &releases {
+            'scan: for &(t, v) in &mut releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
                     if !self.nodes.usable(n, all) {
                         continue;
@@ -429,7 +433,7 @@ impl Engine<'_> {
         } else {
             let need = (held / g) as usize;
             let mut whole: Vec<u32> = Vec::new();
-            'scan2: for &(t, v) in &releases {
+            'scan2: for &(t, v) in &mut releases {
                 for &(n, mask) in &self.jobs[v as usize].alloc {
                     if !self.nodes.usable(n, all) {
                         continue;
