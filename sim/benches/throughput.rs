@@ -177,7 +177,6 @@ fn main() {
         }
         bare.sort_by(f64::total_cmp);
         let bare_min = bare[0];
-        let bare_median = bare[bare.len() / 2];
         print_row(case, "bare", bare_days, &bare, bare_min);
         for (label, policy, preempt) in [("allot", PolicyKind::Allot, true), ("allot-np", PolicyKind::Allot, false), ("baseline", PolicyKind::Baseline, true)] {
             let mut cfg = Config::new(cluster, case.tree.clone(), policy);
