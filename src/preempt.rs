@@ -340,6 +340,38 @@ pub fn outranks_by(victim: LeafId, waiting: LeafId, ranking: &Ranking, margin: f
     }
 }
 
+/// [`outranks_by`] for many questions under successive rankings of one
+/// budget tree: where two leaves' paths part depends on the tree alone, so
+/// it is found once per pair of leaves (the simulator asks at every pass).
+#[derive(Debug, Clone)]
+pub struct Outranking {
+    leaves: usize,
+    /// Per (victim, waiting): the two nodes just below their common ancestor.
+    parting: Vec<Option<(NodeId, NodeId)>>,
+}
+
+impl Outranking {
+    /// For rankings of the tree `ranking` is of.
+    pub fn new(ranking: &Ranking) -> Outranking {
+        let leaves = ranking.leaves();
+        let parting = (0..leaves * leaves).map(|i| ranking.divergence((i / leaves) as LeafId, (i % leaves) as LeafId)).collect();
+        Outranking { leaves, parting }
+    }
+
+    /// `outranks_by(victim, waiting, ranking, margin).allowed()`, for a
+    /// ranking of the same tree (of another size, it asks `outranks_by`).
+    pub fn allowed(&self, victim: LeafId, waiting: LeafId, ranking: &Ranking, margin: f64) -> bool {
+        let (v, w) = (victim as usize, waiting as usize);
+        if v >= self.leaves || w >= self.leaves || ranking.leaves() != self.leaves {
+            return outranks_by(victim, waiting, ranking, margin).allowed();
+        }
+        match self.parting[v * self.leaves + w] {
+            None => false,
+            Some((vn, wn)) => ranking.standings[vn as usize].ratio - ranking.standings[wn as usize].ratio > margin,
+        }
+    }
+}
+
 /// The order in which running jobs are offered up for preemption, lowest
 /// first (Slurm's preempt `PRIO`): unallocated jobs, then allocated jobs
 /// from the lowest-ranked leaf up.

@@ -7,7 +7,7 @@ use allot::duration::{format_duration, parse_duration};
 use allot::fairshare::{Ranker, Ranking};
 use allot::occupancy::{usage_in_window, Interval, OccupancyWindow};
 use allot::order::{order_groups, order_jobs, PendingJob, PriorityMap, QueueGroup};
-use allot::preempt::{grace_for, may_preempt, may_preempt_with, victim_order, PreemptDecision, PreemptRules, RunningJob, WaitingJob};
+use allot::preempt::{grace_for, may_preempt, may_preempt_with, outranks_by, victim_order, Outranking, PreemptDecision, PreemptRules, RunningJob, WaitingJob};
 use proptest::prelude::*;
 
 /// A random tree: node i (1-based) hangs under an earlier node; shares are
@@ -121,6 +121,27 @@ proptest! {
         charged[leaf] += extra;
         let after = Ranking::compute(&t, &charged, 8, 0).leaf_rank[leaf];
         prop_assert!(after >= before, "rank went from {before} to {after}");
+    }
+
+    /// The precomputed answer is `outranks_by`'s, for every pair of leaves,
+    /// margins from none to large, over several rankings of one tree.
+    #[test]
+    fn outranking_answers_as_outranks_by(
+        (parents, shares) in arb_tree(),
+        usages in prop::collection::vec(arb_usage(), 1..4),
+        margin in prop_oneof![Just(0.0f64), 0.0f64..0.5],
+    ) {
+        let t = parse(&tree_toml(&parents, &shares, 1.0));
+        let mut table: Option<Outranking> = None;
+        for usage in &usages {
+            let r = Ranking::compute(&t, usage, 64, 86_400);
+            let table = table.get_or_insert_with(|| Outranking::new(&r));
+            for v in 0..t.leaves.len() as LeafId {
+                for w in 0..t.leaves.len() as LeafId {
+                    prop_assert_eq!(table.allowed(v, w, &r, margin), outranks_by(v, w, &r, margin).allowed(), "victim {} waiting {}", v, w);
+                }
+            }
+        }
     }
 
     /// The ranking by its documented rule, written plainly: siblings by

@@ -381,6 +381,8 @@ pub(crate) struct Engine<'a> {
     ranker: Ranker,
     ranking: Option<Ranking>,
     group_order_buffer: Vec<usize>,
+    /// Allot: `outranks_by` with the tree's partings found once.
+    outranking: Option<allot::preempt::Outranking>,
     walk_buffer: passes::Walk,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
@@ -541,6 +543,7 @@ impl<'a> Engine<'a> {
             ranker: Ranker::new(&cfg.tree),
             ranking: None,
             group_order_buffer: Vec::new(),
+            outranking: None,
             walk_buffer: passes::Walk::default(),
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],

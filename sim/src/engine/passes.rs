@@ -300,10 +300,19 @@ impl Engine<'_> {
     /// Into `order`, reusing its buffer.
     pub(super) fn group_order(&self, ranking: Option<&Ranking>, order: &mut Vec<usize>) {
         order.clear();
-        order.extend((0..self.groups.len()).filter(|&g| !self.groups[g].is_empty()));
-        if let Some(r) = ranking {
-            // `order_groups` without its buffers: by the group's position.
-            order.sort_unstable_by_key(|&g| QueueGroup::at(g, self.leaves).position(r).unwrap_or(usize::MAX));
+        let n = self.groups.len();
+        match ranking {
+            Some(r) => {
+                // `order_groups` without a sort: every group of this tree has
+                // a position, and positions are 0..n, one per group.
+                order.resize(n, usize::MAX);
+                for g in (0..n).filter(|&g| !self.groups[g].is_empty()) {
+                    let position = QueueGroup::at(g, self.leaves).position(r).expect("every leaf is ranked");
+                    order[position] = g;
+                }
+                order.retain(|&g| g != usize::MAX);
+            }
+            None => order.extend((0..n).filter(|&g| !self.groups[g].is_empty())),
         }
     }
 

@@ -5,7 +5,7 @@
 use allot::contract::PriorityLevel;
 use allot::fairshare::Ranking;
 use allot::budget::LeafId;
-use allot::preempt::{grace_for, may_preempt_with, outranks_by, victim_order, within_team, RunningJob, WaitingJob};
+use allot::preempt::{grace_for, may_preempt_with, victim_order, within_team, Outranking, RunningJob, WaitingJob};
 
 use super::events::EventKind;
 use super::passes::Shadow;
@@ -144,10 +144,11 @@ impl Engine<'_> {
         let mut list = std::mem::take(&mut self.allowed_list[row]);
         list.clear();
         let mut bits = 0u64;
+        let outranking = self.outranking.get_or_insert_with(|| Outranking::new(r));
         for v in 0..self.leaves {
             // Unprotected allocated runs of leaf v: the policy's answer for
             // them depends only on the two leaves and the margin.
-            let allowed = allocated && !self.unprotected[v].is_empty() && outranks_by(v as LeafId, w as LeafId, r, margin).allowed();
+            let allowed = allocated && !self.unprotected[v].is_empty() && outranking.allowed(v as LeafId, w as LeafId, r, margin);
             self.allowed[row * self.leaves + v] = allowed;
             if allowed {
                 gpus += self.unprotected_gpus[v];
