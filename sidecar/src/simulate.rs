@@ -200,7 +200,7 @@ struct RunArgs {
     /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). 0: none.
     #[arg(long, default_value_t = 0)]
     small_job_nodes: u32,
-    /// Where single-node jobs go among the nodes they fit: best-fit (the fullest node that fits, as Slurm's select/cons_tres; keeps whole nodes whole) or first-fit (the lowest-numbered, for comparison).
+    /// Where single-node jobs go among the nodes they fit: best-fit (the fullest node that fits; keeps whole nodes whole) or first-fit (the lowest-numbered, for comparison).
     #[arg(long, default_value = "best-fit", value_parser = placement)]
     placement: Placement,
     /// Preemption leaves backfill's reservation for the first blocked job alone, as backfill's own starts do (default: Slurm's behaviour, where the main scheduler preempts without knowing backfill's plans).

@@ -148,8 +148,8 @@ pub struct Config {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Placement {
-    /// The node with the fewest free GPUs that fit (Slurm's select/cons_tres
-    /// packs the same way): partly used nodes fill up first, whole ones stay whole.
+    /// The node with the fewest free GPUs that fit: partly used nodes fill
+    /// up first, whole ones stay whole.
     BestFit,
     /// The lowest-numbered node that fits, however full: for comparison.
     FirstFit,
