@@ -4,6 +4,7 @@
 //! jobs, byte for byte. The rules are documented in sim/README.md; the
 //! constants below are those rules.
 
+use allot::budget::BudgetTree;
 use allot::contract::PriorityLevel;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -484,6 +485,73 @@ pub fn derive(trace: &Workload, d: &DeriveParams, gpus_per_node: u32) -> Workloa
         j.job_id = i as u32;
     }
     Workload::from_parts(jobs, trace.teams.clone(), kinds)
+}
+
+/// A job shape for [`steady_shaped`]: the k-th job of a team takes
+/// `gpus[k % len]` GPUs and runs `runtimes[k * 7919 % len]`.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    pub gpus: Vec<u32>,
+    pub runtimes: Vec<i64>,
+    /// `None`: min_runtime = the runtime (never preemptible).
+    pub min_runtime: Option<i64>,
+    /// Demand as a multiple of the team's share.
+    pub load: f64,
+    /// 0: no shift; otherwise each team's submissions and
+    /// job mix are shifted by an amount drawn from this number.
+    pub seed: u64,
+}
+
+impl Shape {
+    /// 1-2 GPUs, 1-3 h, min_runtime 1h, twice the share.
+    pub fn steady() -> Shape {
+        Shape { gpus: vec![1, 2], runtimes: vec![HOUR, 2 * HOUR, 3 * HOUR], min_runtime: Some(HOUR), load: 2.0, seed: 0 }
+    }
+    pub fn mean_job(&self) -> f64 {
+        let g = self.gpus.iter().map(|&g| g as f64).sum::<f64>() / self.gpus.len() as f64;
+        let r = self.runtimes.iter().map(|&r| r as f64).sum::<f64>() / self.runtimes.len() as f64;
+        g * r
+    }
+}
+
+/// Steady demand: every team submits, for `days`, `shape.load` times what
+/// its share can run, jobs of `shape` (`Shape::steady()`: twice the share,
+/// 1- and 2-GPU jobs of 1 to 3 hours).
+pub fn steady_shaped(tree: &BudgetTree, cluster: ClusterSpec, days: i64, shape: &Shape) -> Workload {
+    let mut jobs = Vec::new();
+    let teams: Vec<String> = tree.leaves.iter().map(|&id| tree.node(id).accounts[0].clone()).collect();
+    let mean_job = shape.mean_job();
+    for (t, _) in teams.iter().enumerate() {
+        let share = tree.leaf_node(t as u32).effective_share;
+        let gpus_wanted = shape.load * share * cluster.capacity() as f64;
+        let interval = (mean_job / gpus_wanted).round() as i64;
+        // seed 0: no shift.
+        let mix = (shape.seed as i64).wrapping_mul(2_654_435_761).wrapping_mul(t as i64 + 1).rem_euclid(1 << 20);
+        let offset = if shape.seed == 0 { 0 } else { mix % interval };
+        let mut k = 0i64;
+        while offset + k * interval < days * DAY {
+            let kk = k + mix;
+            let runtime = shape.runtimes[(kk * 7919) as usize % shape.runtimes.len()];
+            jobs.push(Job {
+                job_id: 0,
+                submit: offset + k * interval,
+                gpus: shape.gpus[kk as usize % shape.gpus.len()],
+                runtime,
+                team: t as u32,
+                user: None,
+                min_runtime: Some(shape.min_runtime.unwrap_or(runtime)),
+                resumable: true,
+                priority: PriorityLevel::Normal,
+                kind: 0,
+            });
+            k += 1;
+        }
+    }
+    jobs.sort_by_key(|j| (j.submit, j.team));
+    for (i, j) in jobs.iter_mut().enumerate() {
+        j.job_id = i as u32;
+    }
+    Workload::from_parts(jobs, teams, vec!["steady".into()])
 }
 
 #[cfg(test)]

@@ -782,6 +782,28 @@ pub fn table(reports: &[Report]) -> String {
     out
 }
 
+/// The share of the GPU-seconds delivered in `[from, to)` that each leaf got.
+pub fn delivered_shares(sim: &crate::Simulation, leaves: usize, from: i64, to: i64) -> Vec<f64> {
+    let mut per = vec![0.0; leaves];
+    for (l, log) in sim.outcome.delivered_log.iter().enumerate() {
+        let mut level = 0i64;
+        let mut last = from;
+        for &(t, d) in log {
+            let (a, b) = (last.max(from), t.min(to));
+            if b > a {
+                per[l] += (level * (b - a)) as f64;
+            }
+            level += d;
+            last = t;
+        }
+        if to > last.max(from) {
+            per[l] += (level * (to - last.max(from))) as f64;
+        }
+    }
+    let total: f64 = per.iter().sum();
+    per.iter().map(|x| x / total).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

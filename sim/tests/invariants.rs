@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use allot::budget::BudgetTree;
 use allot::contract::PriorityLevel;
 use allot_sim::check::invariants;
-use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
+use allot_sim::generate::{derive, scenario, steady_shaped, DeriveParams, ScenarioParams, Shape};
+use allot_sim::metrics::delivered_shares;
 use allot_sim::prepare::equal_share_budget;
 use allot_sim::{simulate, ClusterSpec, Config, Job, PolicyKind, Simulation, Workload};
 use proptest::prelude::*;
@@ -95,57 +96,7 @@ fn same_input_and_seed_give_the_same_output_byte_for_byte() {
 /// Steady demand: every team submits, all month long, twice what its share
 /// can run, in 1- and 2-GPU jobs of 1 to 3 hours.
 fn steady(tree: &BudgetTree, cluster: ClusterSpec, days: i64) -> Workload {
-    let mut jobs = Vec::new();
-    let teams: Vec<String> = tree.leaves.iter().map(|&id| tree.node(id).accounts[0].clone()).collect();
-    for (t, _) in teams.iter().enumerate() {
-        let share = tree.leaf_node(t as u32).effective_share;
-        let gpus_wanted = 2.0 * share * cluster.capacity() as f64;
-        let mean_job = 1.5 * 2.0 * H as f64; // GPUs x seconds, on average
-        let interval = (mean_job / gpus_wanted).round() as i64;
-        let mut k = 0i64;
-        while k * interval < days * DAY {
-            jobs.push(Job {
-                job_id: 0,
-                submit: k * interval,
-                gpus: 1 + (k % 2) as u32,
-                runtime: H + (k * 7919 % 3) * H,
-                team: t as u32,
-                user: None,
-                min_runtime: Some(H),
-                resumable: true,
-                priority: PriorityLevel::Normal,
-                kind: 0,
-            });
-            k += 1;
-        }
-    }
-    jobs.sort_by_key(|j| (j.submit, j.team));
-    for (i, j) in jobs.iter_mut().enumerate() {
-        j.job_id = i as u32;
-    }
-    Workload::from_parts(jobs, teams, vec!["steady".into()])
-}
-
-/// The share of the GPU-seconds delivered in `[from, to)` that each leaf got.
-fn delivered_shares(sim: &Simulation, leaves: usize, from: i64, to: i64) -> Vec<f64> {
-    let mut per = vec![0.0; leaves];
-    for (l, log) in sim.outcome.delivered_log.iter().enumerate() {
-        let mut level = 0i64;
-        let mut last = from;
-        for &(t, d) in log {
-            let (a, b) = (last.max(from), t.min(to));
-            if b > a {
-                per[l] += (level * (b - a)) as f64;
-            }
-            level += d;
-            last = t;
-        }
-        if to > last.max(from) {
-            per[l] += (level * (to - last.max(from))) as f64;
-        }
-    }
-    let total: f64 = per.iter().sum();
-    per.iter().map(|x| x / total).collect()
+    steady_shaped(tree, cluster, days, &Shape::steady())
 }
 
 /// Stated tolerance: with steady demand from every team, from the second
