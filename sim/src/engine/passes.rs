@@ -418,49 +418,38 @@ impl Engine<'_> {
             }
             _ => None,
         };
-        let mut releases: Box<dyn Iterator<Item = &(i64, u32)>> = match &planned {
+        let releases: Box<dyn Iterator<Item = &(i64, u32)>> = match &planned {
             Some(p) => Box::new(p.iter()),
             None => Box::new(self.releases.iter()),
         };
-        if held <= g {
-            'scan: for &(t, v) in &mut releases {
-                for &(n, mask) in &self.jobs[v as usize].alloc {
-                    if !self.nodes.usable(n, all) {
-                        continue;
-                    }
-                    if self.extra[n as usize] == 0 {
-                        touched.push(n);
-                    }
-                    self.extra[n as usize] += mask.count_ones();
-                    let free_then = self.nodes.free_on(n) + self.extra[n as usize];
+        // Add up what each release frees, node by node, until `j` fits: on
+        // one node, or (more than a node's GPUs) on enough whole nodes.
+        let need = (held / g) as usize;
+        let mut whole: Vec<u32> = Vec::new();
+        'scan: for &(t, v) in releases {
+            for &(n, mask) in &self.jobs[v as usize].alloc {
+                if !self.nodes.usable(n, all) {
+                    continue;
+                }
+                if self.extra[n as usize] == 0 {
+                    touched.push(n);
+                }
+                self.extra[n as usize] += mask.count_ones();
+                let free_then = self.nodes.free_on(n) + self.extra[n as usize];
+                if held <= g {
                     if free_then >= held {
                         result = Some(Shadow { time: t.max(now), slack: vec![(n, free_then - held)] });
                         break 'scan;
                     }
-                }
-            }
-        } else {
-            let need = (held / g) as usize;
-            let mut whole: Vec<u32> = Vec::new();
-            'scan2: for &(t, v) in &mut releases {
-                for &(n, mask) in &self.jobs[v as usize].alloc {
-                    if !self.nodes.usable(n, all) {
-                        continue;
-                    }
-                    if self.extra[n as usize] == 0 {
-                        touched.push(n);
-                    }
-                    self.extra[n as usize] += mask.count_ones();
-                    if self.nodes.free_on(n) + self.extra[n as usize] == g {
-                        whole.push(n);
-                        if whole.len() + self.nodes.whole_free_for(all) as usize >= need {
-                            // Reserve the nodes that free up, then wholly free ones.
-                            let mut nodes = whole.clone();
-                            nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(need - whole.len().min(need)));
-                            nodes.truncate(need);
-                            result = Some(Shadow { time: t.max(now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
-                            break 'scan2;
-                        }
+                } else if free_then == g {
+                    whole.push(n);
+                    if whole.len() + self.nodes.whole_free_for(all) as usize >= need {
+                        // Reserve the nodes that free up, then wholly free ones.
+                        let mut nodes = whole.clone();
+                        nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(need - whole.len().min(need)));
+                        nodes.truncate(need);
+                        result = Some(Shadow { time: t.max(now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
+                        break 'scan;
                     }
                 }
             }
