@@ -7,7 +7,7 @@ use allot::contract::PriorityLevel;
 use allot::order::QueueGroup;
 
 use super::events::EventKind;
-use super::passes::WaitingFacts;
+use super::waiting::WaitingFacts;
 use super::{Engine, PolicyKind, Run, RunEnd, Status};
 
 impl Engine<'_> {
@@ -33,7 +33,7 @@ impl Engine<'_> {
             min_runtime: self.jobs[j as usize].contract.min_runtime,
             small: self.is_small(j),
         };
-        self.groups[g].insert(j, facts);
+        self.groups[g].insert(facts);
         let all = usize::from(self.may_use_all_nodes(j));
         *self.pending_sizes[all].entry(facts.held).or_insert(0) += 1;
         self.jobs[j as usize].status = Status::Pending;
@@ -42,8 +42,8 @@ impl Engine<'_> {
 
     pub(super) fn dequeue(&mut self, j: u32) {
         let g = self.group_of(j);
-        let removed = self.groups[g].remove(&j);
-        debug_assert!(removed.is_some());
+        let removed = self.groups[g].remove(j);
+        debug_assert!(removed);
         let (all, held) = (usize::from(self.may_use_all_nodes(j)), self.jobs[j as usize].held);
         let sizes = &mut self.pending_sizes[all];
         let count = sizes.get_mut(&held).expect("size counted");

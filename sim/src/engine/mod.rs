@@ -57,6 +57,7 @@ mod books;
 mod events;
 mod passes;
 mod preemption;
+mod waiting;
 
 use events::{EventKind, EventQueue};
 use passes::Mode;
@@ -371,7 +372,7 @@ pub(crate) struct Engine<'a> {
     queue: EventQueue,
     /// Pending jobs per group, by index into the workload, which is in
     /// (submit, job_id) order: the order of jobs within a group.
-    groups: Vec<BTreeMap<u32, passes::WaitingFacts>>,
+    groups: Vec<waiting::WaitingLine>,
     pending: usize,
     /// Expected (release time, job) of every job that holds GPUs.
     releases: BTreeSet<(i64, u32)>,
@@ -383,7 +384,6 @@ pub(crate) struct Engine<'a> {
     group_order_buffer: Vec<usize>,
     /// Allot: `outranks_by` with the tree's partings found once.
     outranking: Option<allot::preempt::Outranking>,
-    walk_buffer: passes::Walk,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
@@ -535,7 +535,7 @@ impl<'a> Engine<'a> {
             leaves,
             on_node: vec![Vec::new(); cfg.cluster.nodes as usize],
             queue: EventQueue::default(),
-            groups: vec![BTreeMap::new(); n_groups],
+            groups: vec![waiting::WaitingLine::default(); n_groups],
             pending: 0,
             releases: BTreeSet::new(),
             window: OccupancyWindow::new(leaves, cfg.tree.settings.lookback, start),
@@ -544,7 +544,6 @@ impl<'a> Engine<'a> {
             ranking: None,
             group_order_buffer: Vec::new(),
             outranking: None,
-            walk_buffer: passes::Walk::default(),
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
             unprotected_version: vec![0; leaves],

@@ -6,6 +6,7 @@ use allot::fairshare::Ranking;
 use allot::order::{order_jobs, PendingJob, QueueGroup};
 use allot::preempt::may_preempt_with;
 
+use super::waiting::BlockSummary;
 use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
@@ -30,26 +31,14 @@ pub(super) struct PassState {
     walk: Walk,
 }
 
-/// Past the reservation, a group's jobs after the cursor up to the pass's
-/// cutoff, in order, read once. A pass adds no pending job and removes only
-/// jobs it has visited, so the copy stays right for the pass.
-#[derive(Default)]
+/// Past the reservation, the walk through one group's line: its position
+/// (a pass adds no pending job, and jobs that start leave their place, so
+/// positions hold for the pass).
+#[derive(Default, Clone, Copy)]
 pub(super) struct Walk {
     group: Option<usize>,
-    jobs: Vec<WaitingFacts>,
-    /// Jobs before it were visited or skipped.
+    /// Entries before it were visited or skipped.
     position: usize,
-}
-
-/// What a pass asks of a pending job, kept beside it in its group (none of
-/// it changes while the job waits), so a walk reads no job's record.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct WaitingFacts {
-    pub(super) job: u32,
-    pub(super) held: u32,
-    pub(super) remaining: i64,
-    pub(super) min_runtime: i64,
-    pub(super) small: bool,
 }
 
 /// Which scheduler runs a pass.
@@ -91,6 +80,9 @@ impl Engine<'_> {
         if self.pending == 0 {
             return;
         }
+        for line in &mut self.groups {
+            line.tidy();
+        }
         let victims_exist = self.free_for_all_gpus > 0 || self.unprotected_gpus.iter().any(|&g| g > 0);
         if self.nodes.free_total() == 0 && !victims_exist {
             return; // nothing can start and nothing can be preempted
@@ -118,7 +110,7 @@ impl Engine<'_> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_same: None, walk: std::mem::take(&mut self.walk_buffer) };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_same: None, walk: Walk::default() };
         let mut tested = 0usize;
         'groups: for &g in &order {
             if tested >= depth {
@@ -128,14 +120,14 @@ impl Engine<'_> {
             // `cutoff` is the last one of this group among them.
             let len = self.groups[g].len();
             let remaining = depth - tested;
-            let cutoff = if len > remaining { self.groups[g].keys().nth(remaining - 1).copied() } else { None };
+            let cutoff = if len > remaining { self.groups[g].nth(remaining - 1) } else { None };
             let mut cursor: Option<u32> = None;
             loop {
                 let next = if st.shadow.is_none() {
                     // In order, until a job blocks and takes the reservation.
                     match cursor {
-                        None => self.groups[g].keys().next().copied(),
-                        Some(c) => self.groups[g].range(c + 1..).next().map(|(&j, _)| j),
+                        None => self.groups[g].first(),
+                        Some(c) => self.groups[g].next_after(c),
                     }
                 } else {
                     // Past the reservation a job that can neither fit nor
@@ -153,8 +145,6 @@ impl Engine<'_> {
         // Their buffers serve the next pass.
         self.ranking = ranking;
         self.group_order_buffer = order;
-        st.walk.group = None;
-        self.walk_buffer = st.walk;
     }
 
     /// One job's turn in a pass: start it, preempt for it, or (the first
@@ -215,7 +205,7 @@ impl Engine<'_> {
     /// would only fail (`try_job` would change nothing for them; had one
     /// ended the pass, no later job could have started either).
     pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
-        let head = *self.groups[g].keys().next()?;
+        let head = self.groups[g].first()?;
         let mut bound = st.min_fail[0].max(st.min_fail[1]);
         let may_preempt = self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test;
         if may_preempt {
@@ -252,16 +242,10 @@ impl Engine<'_> {
         if bound <= 1 {
             return None; // no job has fewer GPUs
         }
-        let mut walk = std::mem::take(&mut st.walk);
+        let mut walk = st.walk;
         if walk.group != Some(g) {
             walk.group = Some(g);
-            walk.jobs.clear();
-            walk.position = 0;
-            let from = cursor.map_or(0, |c| c + 1);
-            let to = cutoff.unwrap_or(u32::MAX);
-            if from <= to {
-                walk.jobs.extend(self.groups[g].range(from..=to).map(|(_, &facts)| facts));
-            }
+            walk.position = cursor.map_or(0, |c| self.groups[g].position_after(c));
         }
         // Skipped: jobs of `bound` GPUs or more (the bound only falls during
         // a pass), and jobs `try_job` would do nothing for: they fit nowhere
@@ -270,13 +254,26 @@ impl Engine<'_> {
         // circumstances that still hold (the search's own first tests).
         // Asked of the next job in order only, in the state it would be
         // visited in: which teammate failed last can change during a pass.
+        // A block of jobs that would all be skipped is stepped over whole.
         let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
+        let last = cutoff.unwrap_or(u32::MAX);
+        let line = &self.groups[g];
         let mut best = None;
-        while let Some(&w) = walk.jobs.get(walk.position) {
-            let (j, size) = (w.job, w.held);
-            let skip = cursor.is_some_and(|c| j <= c) || size >= bound || {
+        while let Some((w, gone)) = line.at(walk.position) {
+            let j = w.job;
+            if j > last {
+                break;
+            }
+            if let Some(block) = line.block_at(walk.position) {
+                if self.skips_block(block, bound, leaf, priority, may_preempt, st) {
+                    walk.position += super::waiting::BLOCK;
+                    continue;
+                }
+            }
+            let size = w.held;
+            let skip = gone || cursor.is_some_and(|c| j <= c) || size >= bound || {
                 let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
                 no_place
                     && (!may_preempt
@@ -292,6 +289,15 @@ impl Engine<'_> {
         }
         st.walk = walk;
         best
+    }
+
+    /// Whether every job of a block would be skipped by the walk: the
+    /// per-job tests that are monotone in GPUs and minimum runtime, asked
+    /// of the block's least (a removed job is skipped anyway).
+    fn skips_block(&self, block: &BlockSummary, bound: u32, leaf: usize, priority: allot::contract::PriorityLevel, may_preempt: bool, st: &PassState) -> bool {
+        block.min_held >= bound
+            || (block.min_held >= st.min_fail[1]
+                && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, block.min_held, priority, block.min_runtime, block.any_small))))
     }
 
     /// Non-empty groups, first to be served first. For allot, the groups'
@@ -325,7 +331,7 @@ impl Engine<'_> {
     /// Tests: the walk's order is `order_jobs` over every pending job.
     pub(super) fn check_order(&self, order: &[usize], ranking: Option<&Ranking>) {
         let Some(r) = ranking else { return };
-        let ours: Vec<u32> = order.iter().flat_map(|&g| self.groups[g].keys().copied()).collect();
+        let ours: Vec<u32> = order.iter().flat_map(|&g| self.groups[g].jobs()).collect();
         let all: Vec<PendingJob> = ours.iter().map(|&j| self.pending_job(j)).collect();
         let policy: Vec<u32> = order_jobs(r, &all).into_iter().map(|i| ours[i]).collect();
         assert_eq!(ours, policy, "the engine's merge of groups differs from allot::order::order_jobs");
