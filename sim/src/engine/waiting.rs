@@ -130,7 +130,7 @@ impl WaitingLine {
 
     /// The summary of the block that starts at `position`, if one does.
     pub(super) fn block_at(&self, position: usize) -> Option<&BlockSummary> {
-        if position % BLOCK == 0 {
+        if position.is_multiple_of(BLOCK) {
             self.summaries.get(position / BLOCK)
         } else {
             None
