@@ -448,7 +448,7 @@ pub(crate) struct Engine<'a> {
     /// Per preemption row: (pass, signature of `allowed_list`) when last computed.
     victim_gpus_cache: Vec<(u64, u64)>,
     /// `allowed[row * leaves + v]`: jobs of preemption row `row` may take
-    /// leaf `v`'s unprotected runs (this pass, for the rows `victim_gpus`
+    /// leaf `v`'s unprotected runs (this pass, for the rows `cross_victim_gpus`
     /// filled).
     allowed: Vec<bool>,
     /// Per node: GPUs of free-for-all runs; unprotected GPUs per leaf

@@ -23,10 +23,10 @@ pub(super) struct PassState {
     /// (they must also leave its GPUs alone; its slack only shrinks too).
     min_fail_late: [u32; 2],
     shadow: Option<Shadow>,
-    /// (group, GPUs of its leaf's unprotected runs that some job of the
-    /// group may take) when first asked this pass: an upper bound for the
-    /// rest of the pass (a pass only takes runs away).
-    group_same: Option<(usize, u32)>,
+    /// (group, the most GPUs a job of the group could find free or by
+    /// preemption) when first asked this pass: an upper bound for the rest
+    /// of the pass (a pass only takes GPUs and runs away).
+    group_room: Option<(usize, u32)>,
     /// Past the reservation, the walk through one group.
     walk: Walk,
 }
@@ -110,7 +110,7 @@ impl Engine<'_> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_same: None, walk: Walk::default() };
+        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_room: None, walk: Walk::default() };
         let mut tested = 0usize;
         'groups: for &g in &order {
             if tested >= depth {
@@ -212,23 +212,14 @@ impl Engine<'_> {
             // The group's jobs share leaf and priority, not minimum runtimes:
             // bound their teammates' GPUs by the most any of them may take.
             let leaf = self.jobs[head as usize].leaf as usize;
-            let (victims, _) = self.cross_victim_gpus_of_row(2 * leaf, true, ranking);
-            let same = match st.group_same {
-                Some((cached, gpus)) if cached == g => gpus,
+            let mut room = match st.group_room {
+                Some((cached, room)) if cached == g => room,
                 _ => {
-                    let gpus = self.same_leaf_gpus(head, true);
-                    st.group_same = Some((g, gpus));
-                    gpus
+                    let room = self.room_of_group(head, leaf, ranking);
+                    st.group_room = Some((g, room));
+                    room
                 }
             };
-            let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
-            if self.cfg.policy == PolicyKind::Allot && self.rules.small_job_gpus > 0 {
-                // Small jobs of the group (at most small_job_gpus GPUs) may
-                // take more: every other leaf below its victim, no margin.
-                let (small_victims, _) = self.cross_victim_gpus_of_row(2 * leaf + 1, true, ranking);
-                let small_room = (self.nodes.free_total() + small_victims + same).saturating_add(1);
-                room = room.max(small_room.min(self.rules.small_job_gpus.saturating_add(1)));
-            }
             if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
                 // A smaller job of this leaf found no room this pass (a small
                 // one: no job of the leaf may take more).
@@ -289,6 +280,24 @@ impl Engine<'_> {
         }
         st.walk = walk;
         best
+    }
+
+    /// One more than the most GPUs a job of `head`'s group could find free
+    /// or by preemption now. The group's jobs share leaf and priority, not
+    /// minimum runtimes: their teammates' GPUs are bounded by the most any
+    /// of them may take.
+    fn room_of_group(&mut self, head: u32, leaf: usize, ranking: Option<&Ranking>) -> u32 {
+        let (victims, _) = self.cross_victim_gpus_of_row(2 * leaf, true, ranking);
+        let same = self.same_leaf_gpus(head, true);
+        let mut room = (self.nodes.free_total() + victims + same).saturating_add(1);
+        if self.cfg.policy == PolicyKind::Allot && self.rules.small_job_gpus > 0 {
+            // Small jobs of the group (at most small_job_gpus GPUs) may
+            // take more: every other leaf below its victim, no margin.
+            let (small_victims, _) = self.cross_victim_gpus_of_row(2 * leaf + 1, true, ranking);
+            let small_room = (self.nodes.free_total() + small_victims + same).saturating_add(1);
+            room = room.max(small_room.min(self.rules.small_job_gpus.saturating_add(1)));
+        }
+        room
     }
 
     /// Whether every job of a block would be skipped by the walk: the

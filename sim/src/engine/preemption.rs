@@ -81,7 +81,7 @@ impl Engine<'_> {
 
     /// The same answer from the books, for the search: free for all, or
     /// unprotected in a leaf whose jobs `j`'s leaf may take (row `w` of
-    /// `allowed`, filled by `victim_gpus` this pass), or unprotected in
+    /// `allowed`, filled by `cross_victim_gpus` this pass), or unprotected in
     /// `j`'s own leaf with a contract rule 5 lets `j` take.
     pub(super) fn is_victim_by_books(&self, v: u32, j: u32) -> bool {
         let victim = &self.jobs[v as usize];
@@ -110,18 +110,13 @@ impl Engine<'_> {
         (order, -job.run_start, self.workload.jobs[v as usize].job_id)
     }
 
-    /// GPUs that a job of `j`'s leaf could take by preemption (a fast
-    /// necessary condition before the node-level search), and a signature
-    /// of which leaves' jobs it may take. Fills row `w` of `allowed`.
-    /// Allot: unallocated runs, plus the unprotected runs of every leaf that
-    /// `allot::preempt::outranks` lets `j`'s leaf preempt (`check_policy`
-    /// verifies the choice against `may_preempt` for every running job).
-    pub(super) fn victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
-        let (gpus, sig) = self.cross_victim_gpus(j, ranking);
-        (gpus + self.same_leaf_gpus(j, false), sig)
-    }
-
-    /// [`Self::victim_gpus`] without `j`'s own leaf.
+    /// GPUs of other leaves' runs that `j` could take by preemption (with
+    /// [`Self::same_leaf_gpus`], a fast necessary condition before the
+    /// node-level search), and a signature of which leaves' jobs it may
+    /// take. Fills `j`'s row of `allowed`. Allot: unallocated runs, plus the
+    /// unprotected runs of every leaf that `allot::preempt::outranks` lets
+    /// `j`'s leaf preempt (`check_policy` verifies the choice against
+    /// `may_preempt` for every running job).
     pub(super) fn cross_victim_gpus(&mut self, j: u32, ranking: Option<&Ranking>) -> (u32, u64) {
         let allocated = self.jobs[j as usize].contract.is_allocated();
         self.cross_victim_gpus_of_row(self.row_of(j), allocated, ranking)
@@ -283,11 +278,17 @@ impl Engine<'_> {
         if smaller_failed && !self.cfg.check_policy {
             return None;
         }
-        let (victim_gpus, sig) = self.victim_gpus(j, ranking);
+        let all = self.may_use_all_nodes(j);
+        let (cross, sig) = self.cross_victim_gpus(j, ranking);
+        // Every unprotected GPU of its own leaf bounds what rule 5 lets it take.
+        let same_bound = if self.same_leaf_possible(j) { self.unprotected_gpus[w] } else { 0 };
+        if self.nodes.free_total_for(all) + cross + same_bound < held && !self.cfg.check_policy {
+            return None;
+        }
+        let victim_gpus = cross + self.same_leaf_gpus(j, false);
         if self.cfg.check_policy {
             self.check_victim_total(j, now, ranking, victim_gpus);
         }
-        let all = self.may_use_all_nodes(j);
         if self.nodes.free_total_for(all) + victim_gpus < held {
             return None;
         }
