@@ -183,6 +183,28 @@ impl Engine<'_> {
         rest
     }
 
+    /// Adds (`sign` 1) or removes (-1) run `j` in its leaf's count of
+    /// unprotected GPUs by contract.
+    pub(super) fn count_unprotected(&mut self, j: u32, sign: i32) {
+        let job = &self.jobs[j as usize];
+        let (minrt, held) = (job.contract.min_runtime, job.held);
+        let counts = &mut self.unprotected_by_contract[job.leaf as usize][job.contract.priority as usize];
+        // Longest minimum runtime first.
+        let at = counts.partition_point(|&(m, _)| m > minrt);
+        match counts.get_mut(at) {
+            Some(e) if e.0 == minrt => {
+                e.1 = e.1.checked_add_signed(sign * held as i32).expect("unprotected GPUs never go negative");
+                if e.1 == 0 {
+                    counts.remove(at);
+                }
+            }
+            _ => {
+                debug_assert_eq!(sign, 1, "removing a run that was not counted");
+                counts.insert(at, (minrt, held));
+            }
+        }
+    }
+
     /// Removes a running job from the preemption candidates.
     pub(super) fn drop_victim_books(&mut self, j: u32) {
         let job = &self.jobs[j as usize];
@@ -192,8 +214,8 @@ impl Engine<'_> {
             self.victim_books_on_nodes(j, false, -1);
         } else if job.unprotected {
             self.unprotected[leaf].remove(&j);
-            self.unprotected_version[leaf] += 1;
             self.unprotected_gpus[leaf] -= held;
+            self.count_unprotected(j, -1);
             self.victim_books_on_nodes(j, true, -1);
             self.jobs[j as usize].unprotected = false;
         }

@@ -387,11 +387,9 @@ pub(crate) struct Engine<'a> {
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
     unprotected_gpus: Vec<u32>,
-    /// Per leaf: bumped whenever `unprotected[leaf]` changes.
-    unprotected_version: Vec<u64>,
-    /// `same_leaf_gpus` by (leaf, priority, minimum runtime or -1 for any):
-    /// (the leaf's `unprotected_version` then, GPUs).
-    same_leaf_cache: BTreeMap<(u32, PriorityLevel, i64), (u64, u32)>,
+    /// Per leaf and priority level: GPUs of `unprotected` runs by minimum
+    /// runtime (longest first), for rule 5's count (`same_leaf_gpus`).
+    unprotected_by_contract: Vec<[Vec<(i64, u32)>; 3]>,
     /// GPUs of running jobs that any protected waiting job may take: runs
     /// that declared `min_runtime=0`, under either policy.
     free_for_all_gpus: u32,
@@ -546,8 +544,7 @@ impl<'a> Engine<'a> {
             outranking: None,
             unprotected: vec![BTreeSet::new(); leaves],
             unprotected_gpus: vec![0; leaves],
-            unprotected_version: vec![0; leaves],
-            same_leaf_cache: BTreeMap::new(),
+            unprotected_by_contract: vec![Default::default(); leaves],
             free_for_all_gpus: 0,
             guaranteed_gpus: vec![0; leaves],
             limit,
@@ -724,8 +721,8 @@ impl<'a> Engine<'a> {
                 let leaf = job.leaf as usize;
                 self.jobs[j as usize].unprotected = true;
                 self.unprotected[leaf].insert(j);
-                self.unprotected_version[leaf] += 1;
                 self.unprotected_gpus[leaf] += self.jobs[j as usize].held;
+                self.count_unprotected(j, 1);
                 self.victim_books_on_nodes(j, true, 1);
                 self.growth += 1;
                 true

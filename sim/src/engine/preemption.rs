@@ -2,7 +2,7 @@
 //! core's answer, with the books' shortcuts cross-checked against it), on
 //! which nodes, and the preemption itself (grace time, claim, requeue).
 
-use allot::contract::PriorityLevel;
+use allot::contract::{Contract, PriorityLevel};
 use allot::fairshare::Ranking;
 use allot::budget::LeafId;
 use allot::preempt::{grace_for, may_preempt_with, victim_order, within_team, Outranking, RunningJob, WaitingJob};
@@ -200,7 +200,7 @@ impl Engine<'_> {
     /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
     /// (rule 5, `allot::preempt::within_team`). `any_guarantee`: ignoring
     /// the minimum-runtime part, for a bound over every job of `j`'s group.
-    pub(super) fn same_leaf_gpus(&mut self, j: u32, any_guarantee: bool) -> u32 {
+    pub(super) fn same_leaf_gpus(&self, j: u32, any_guarantee: bool) -> u32 {
         if !self.same_leaf_possible(j) {
             return 0;
         }
@@ -209,20 +209,16 @@ impl Engine<'_> {
         if any_guarantee {
             waiting.min_runtime = 0;
         }
-        let leaf = job.leaf;
-        let version = self.unprotected_version[leaf as usize];
-        let key = (leaf, waiting.priority, waiting.min_runtime);
-        if let Some(&(v, gpus)) = self.same_leaf_cache.get(&key) {
-            if v == version {
-                return gpus;
+        // Rule 5 depends on the two contracts only: asked once per contract
+        // the leaf's unprotected runs have.
+        let mut gpus = 0;
+        for (level, counts) in [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High].into_iter().zip(&self.unprotected_by_contract[job.leaf as usize]) {
+            for &(min_runtime, held) in counts {
+                if within_team(&Contract { min_runtime, priority: level }, &waiting).allowed() {
+                    gpus += held;
+                }
             }
         }
-        let gpus = self.unprotected[leaf as usize]
-            .iter()
-            .filter(|&&v| within_team(&self.jobs[v as usize].contract, &waiting).allowed())
-            .map(|&v| self.jobs[v as usize].held)
-            .sum();
-        self.same_leaf_cache.insert(key, (version, gpus));
         gpus
     }
 
