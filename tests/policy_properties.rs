@@ -141,6 +141,15 @@ proptest! {
                     prop_assert_eq!(table.allowed(v, w, &r, margin), outranks_by(v, w, &r, margin).allowed(), "victim {} waiting {}", v, w);
                 }
             }
+            for w in 0..t.leaves.len() as LeafId {
+                let mask = table.allowed_mask(w, &r, margin);
+                prop_assert_eq!(mask.is_some(), t.leaves.len() <= 64);
+                if let Some(mask) = mask {
+                    for v in 0..t.leaves.len() as LeafId {
+                        prop_assert_eq!(mask >> v & 1 == 1, outranks_by(v, w, &r, margin).allowed(), "mask: victim {} waiting {}", v, w);
+                    }
+                }
+            }
         }
     }
 

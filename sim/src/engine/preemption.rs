@@ -140,10 +140,15 @@ impl Engine<'_> {
         list.clear();
         let mut bits = 0u64;
         let outranking = self.outranking.get_or_insert_with(|| Outranking::new(r));
+        // Unprotected allocated runs of leaf v: the policy's answer for them
+        // depends only on the two leaves and the margin.
+        let mask = if allocated { outranking.allowed_mask(w as LeafId, r, margin) } else { Some(0) };
         for v in 0..self.leaves {
-            // Unprotected allocated runs of leaf v: the policy's answer for
-            // them depends only on the two leaves and the margin.
-            let allowed = allocated && !self.unprotected[v].is_empty() && outranking.allowed(v as LeafId, w as LeafId, r, margin);
+            let allowed = !self.unprotected[v].is_empty()
+                && match mask {
+                    Some(m) => m >> v & 1 == 1,
+                    None => allocated && outranking.allowed(v as LeafId, w as LeafId, r, margin),
+                };
             self.allowed[row * self.leaves + v] = allowed;
             if allowed {
                 gpus += self.unprotected_gpus[v];
