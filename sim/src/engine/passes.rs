@@ -80,9 +80,6 @@ impl Engine<'_> {
         if self.pending == 0 {
             return;
         }
-        for line in &mut self.groups {
-            line.tidy();
-        }
         let victims_exist = self.free_for_all_gpus > 0 || self.unprotected_gpus.iter().any(|&g| g > 0);
         if self.nodes.free_total() == 0 && !victims_exist {
             return; // nothing can start and nothing can be preempted
@@ -116,6 +113,8 @@ impl Engine<'_> {
             if tested >= depth {
                 break;
             }
+            // No walk is in this line yet (a job's turn removes only itself).
+            self.groups[g].tidy();
             // The jobs this pass tests are the first `depth` in the order;
             // `cutoff` is the last one of this group among them.
             let len = self.groups[g].len();
