@@ -461,6 +461,10 @@ pub(crate) struct Engine<'a> {
     /// what preemption could free there.
     reclaim: Buckets,
     extra: Vec<u32>,
+    /// The reservation's buffers: nodes whose `extra` it set, nodes that
+    /// free up whole.
+    reserve_touched: Vec<u32>,
+    reserve_whole: Vec<u32>,
 }
 
 impl<'a> Engine<'a> {
@@ -573,6 +577,8 @@ impl<'a> Engine<'a> {
             unprot_leaves_on: vec![0; cfg.cluster.nodes as usize],
             reclaim: Buckets::new(cfg.cluster.nodes, cfg.cluster.gpus_per_node, cfg.cluster.gpus_per_node),
             extra: vec![0; cfg.cluster.nodes as usize],
+            reserve_touched: Vec::new(),
+            reserve_whole: Vec::new(),
         }
     }
 

@@ -410,7 +410,11 @@ impl Engine<'_> {
         let held = self.jobs[j as usize].held;
         let g = self.g;
         let all = self.may_use_all_nodes(j);
-        let mut touched: Vec<u32> = Vec::new();
+        // Buffers kept between passes.
+        let mut touched = std::mem::take(&mut self.reserve_touched);
+        let mut whole = std::mem::take(&mut self.reserve_whole);
+        touched.clear();
+        whole.clear();
         let mut result = None;
         let planned: Option<Vec<(i64, u32)>> = match ranking {
             Some(r) if self.cfg.plan_with_protection_ends && self.jobs[j as usize].contract.is_allocated() => {
@@ -439,7 +443,6 @@ impl Engine<'_> {
         // Add up what each release frees, node by node, until `j` fits: on
         // one node, or (more than a node's GPUs) on enough whole nodes.
         let need = (held / g) as usize;
-        let mut whole: Vec<u32> = Vec::new();
         'scan: for &(t, v) in releases {
             for &(n, mask) in &self.jobs[v as usize].alloc {
                 if !self.nodes.usable(n, all) {
@@ -468,9 +471,11 @@ impl Engine<'_> {
                 }
             }
         }
-        for n in touched {
+        for &n in &touched {
             self.extra[n as usize] = 0;
         }
+        self.reserve_touched = touched;
+        self.reserve_whole = whole;
         result
     }
 }

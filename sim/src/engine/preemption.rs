@@ -29,6 +29,8 @@ pub(super) struct PreemptScratch {
     /// preempted, node) and its victims, `taken[from..to]`.
     best: Vec<((u32, u32, u32), usize, usize)>,
     taken: Vec<u32>,
+    /// Wholly free nodes, for a job of whole nodes.
+    free_nodes: Vec<u32>,
 }
 
 /// A way to place a job by preempting: nodes, and victims.
@@ -340,8 +342,11 @@ impl Engine<'_> {
                 self.no_candidates[none_key] = (self.passes, self.placements);
             }
         }
-        let free_nodes: Vec<u32> =
-            if whole { self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all) && !reserved(n, g)).take(nodes_needed).collect() } else { Vec::new() };
+        let free_nodes = &mut scratch.free_nodes;
+        free_nodes.clear();
+        if whole {
+            free_nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all) && !reserved(n, g)).take(nodes_needed));
+        }
         if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
             fail(self);
             return None;
@@ -401,7 +406,7 @@ impl Engine<'_> {
                 }
             }
         }
-        for n in free_nodes.into_iter().take(nodes_needed - plan.nodes.len()) {
+        for &n in free_nodes.iter().take(nodes_needed - plan.nodes.len()) {
             plan.nodes.push((n, need));
         }
         // Every victim, asked of the policy itself.
