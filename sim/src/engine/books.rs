@@ -32,6 +32,7 @@ impl Engine<'_> {
             remaining: self.remaining(j),
             min_runtime: self.jobs[j as usize].contract.min_runtime,
             small: self.is_small(j),
+            gone: false,
         };
         self.groups[g].insert(facts);
         let all = usize::from(self.may_use_all_nodes(j));

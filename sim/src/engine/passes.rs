@@ -6,7 +6,7 @@ use allot::fairshare::Ranking;
 use allot::order::{order_jobs, PendingJob, QueueGroup};
 use allot::preempt::may_preempt_with;
 
-use super::waiting::BlockSummary;
+use super::waiting::{BlockSummary, Position};
 use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
@@ -38,7 +38,7 @@ pub(super) struct PassState {
 pub(super) struct Walk {
     group: Option<usize>,
     /// Entries before it were visited or skipped.
-    position: usize,
+    position: Position,
 }
 
 /// Which scheduler runs a pass.
@@ -121,13 +121,15 @@ impl Engine<'_> {
             let remaining = depth - tested;
             let cutoff = if len > remaining { self.groups[g].nth(remaining - 1) } else { None };
             let mut cursor: Option<u32> = None;
+            // Before the reservation: the place of the next job in the line.
+            let mut in_order = Position::default();
             loop {
                 let next = if st.shadow.is_none() {
                     // In order, until a job blocks and takes the reservation.
-                    match cursor {
-                        None => self.groups[g].first(),
-                        Some(c) => self.groups[g].next_after(c),
-                    }
+                    self.groups[g].live_from(in_order).map(|(at, j)| {
+                        in_order = self.groups[g].step(at);
+                        j
+                    })
                 } else {
                     // Past the reservation a job that can neither fit nor
                     // preempt does nothing: visit only jobs that might.
@@ -235,7 +237,7 @@ impl Engine<'_> {
         let mut walk = st.walk;
         if walk.group != Some(g) {
             walk.group = Some(g);
-            walk.position = cursor.map_or(0, |c| self.groups[g].position_after(c));
+            walk.position = cursor.map_or(Position::default(), |c| self.groups[g].position_after(c));
         }
         // Skipped: jobs of `bound` GPUs or more (the bound only falls during
         // a pass), and jobs `try_job` would do nothing for: they fit nowhere
@@ -251,31 +253,39 @@ impl Engine<'_> {
         let last = cutoff.unwrap_or(u32::MAX);
         let line = &self.groups[g];
         let mut best = None;
-        while let Some((w, gone)) = line.at(walk.position) {
-            let j = w.job;
-            if j > last {
-                break;
-            }
-            if let Some(block) = line.block_at(walk.position) {
-                if self.skips_block(block, bound, leaf, priority, may_preempt, st) {
-                    walk.position += super::waiting::BLOCK;
+        'chunks: while let Some((entries, summary)) = line.chunk_from(walk.position) {
+            match entries.first() {
+                None => {
+                    walk.position = walk.position.next_chunk();
                     continue;
                 }
+                Some(w) if w.job > last => break,
+                Some(_) => {}
             }
-            let size = w.held;
-            let skip = gone || cursor.is_some_and(|c| j <= c) || size >= bound || {
-                let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
-                no_place
-                    && (!may_preempt
-                        || (!self.cfg.check_policy
-                            && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)
-                                || self.search_failed_before(j, 2 * leaf + usize::from(w.small), allot))))
-            };
-            if !skip {
-                best = Some(j);
-                break;
+            if walk.position.at_chunk_start() && self.skips_block(summary, bound, leaf, priority, may_preempt, st) {
+                walk.position = walk.position.next_chunk();
+                continue;
             }
-            walk.position += 1;
+            for w in entries {
+                let (j, size) = (w.job, w.held);
+                if j > last {
+                    break 'chunks;
+                }
+                let skip = w.gone || cursor.is_some_and(|c| j <= c) || size >= bound || {
+                    let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
+                    no_place
+                        && (!may_preempt
+                            || (!self.cfg.check_policy
+                                && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)
+                                    || self.search_failed_before(j, 2 * leaf + usize::from(w.small), allot))))
+                };
+                if !skip {
+                    best = Some(j);
+                    break 'chunks;
+                }
+                walk.position = walk.position.next_entry();
+            }
+            walk.position = walk.position.next_chunk();
         }
         st.walk = walk;
         best

@@ -1,8 +1,9 @@
 //! The pending jobs of one queue group, in order, laid out for the
-//! backfill walk: a sorted vector whose removed jobs stay in place (as
-//! tombstones) until the next pass tidies, so a walk's position stays
-//! valid while jobs start, and a summary per block of jobs, so a walk can
-//! step over a block whose every job would be skipped without reading it.
+//! backfill walk: short sorted chunks (so a job requeued into the middle of
+//! a long line moves a chunk, not the line), whose removed jobs stay in
+//! place as tombstones until the next tidy, so a walk's position stays
+//! valid while jobs start; and a summary per chunk, so a walk can step over
+//! a chunk whose every job would be skipped without reading it.
 
 /// What a pass asks of a pending job, kept beside it in its line (none of
 /// it changes while the job waits), so a walk reads no job's record.
@@ -13,13 +14,16 @@ pub(super) struct WaitingFacts {
     pub(super) remaining: i64,
     pub(super) min_runtime: i64,
     pub(super) small: bool,
+    /// Removed from the line: its place stays until the line is tidied.
+    /// (The one fact that changes; it fits in the padding.)
+    pub(super) gone: bool,
 }
 
-/// Jobs per block summary.
-pub(super) const BLOCK: usize = 16;
+/// Entries per chunk at most; a full chunk splits in two.
+const CHUNK: usize = 16;
 
-/// Lower bounds over one block's jobs (removed ones included: a bound over
-/// more jobs is still a bound), for skipping the block as a whole.
+/// Lower bounds over one chunk's jobs (removed ones included: a bound over
+/// more jobs is still a bound), for skipping the chunk as a whole.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct BlockSummary {
     pub(super) min_held: u32,
@@ -27,16 +31,61 @@ pub(super) struct BlockSummary {
     pub(super) any_small: bool,
 }
 
+#[derive(Debug, Clone)]
+struct Chunk {
+    /// By job index; never empty (a chunk is dropped when tidied empty).
+    entries: Vec<WaitingFacts>,
+    live: usize,
+    summary: BlockSummary,
+}
+
+impl Chunk {
+    fn new(entries: Vec<WaitingFacts>) -> Chunk {
+        let live = entries.iter().filter(|e| !e.gone).count();
+        let mut c = Chunk { entries, live, summary: BlockSummary { min_held: 0, min_runtime: 0, any_small: true } };
+        c.summarise();
+        c
+    }
+
+    fn summarise(&mut self) {
+        self.summary = BlockSummary {
+            min_held: self.entries.iter().map(|e| e.held).min().unwrap_or(u32::MAX),
+            min_runtime: self.entries.iter().map(|e| e.min_runtime).min().unwrap_or(i64::MAX),
+            any_small: self.entries.iter().any(|e| e.small),
+        };
+    }
+
+    fn first_job(&self) -> u32 {
+        self.entries[0].job
+    }
+}
+
+/// A place in a line: (chunk, entry within it).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Position {
+    chunk: usize,
+    entry: usize,
+}
+
+impl Position {
+    pub(super) fn at_chunk_start(self) -> bool {
+        self.entry == 0
+    }
+    pub(super) fn next_chunk(self) -> Position {
+        Position { chunk: self.chunk + 1, entry: 0 }
+    }
+    /// The next entry of the same chunk (or just past its end).
+    pub(super) fn next_entry(self) -> Position {
+        Position { chunk: self.chunk, entry: self.entry + 1 }
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub(super) struct WaitingLine {
-    /// By job index (the workload's (submit, id) order); removed jobs stay
-    /// until `tidy`.
-    entries: Vec<WaitingFacts>,
-    gone: Vec<bool>,
-    summaries: Vec<BlockSummary>,
+    chunks: Vec<Chunk>,
     live: usize,
-    /// Every entry before it is removed.
-    head: usize,
+    /// Removed jobs are the majority of some chunk: the next tidy drops them.
+    untidy: bool,
 }
 
 impl WaitingLine {
@@ -48,98 +97,161 @@ impl WaitingLine {
         self.live == 0
     }
 
+    /// The chunk `job` belongs in: the last whose first job is not after it.
+    fn chunk_for(&self, job: u32) -> usize {
+        self.chunks.partition_point(|c| c.first_job() <= job).saturating_sub(1)
+    }
+
     /// Adds a job (outside passes: it shifts positions).
     pub(super) fn insert(&mut self, facts: WaitingFacts) {
-        let at = self.entries.partition_point(|e| e.job < facts.job);
-        debug_assert!(self.entries.get(at).is_none_or(|e| e.job != facts.job), "job {} queued twice", facts.job);
-        self.entries.insert(at, facts);
-        self.gone.insert(at, false);
+        let facts = WaitingFacts { gone: false, ..facts };
         self.live += 1;
-        self.head = self.head.min(at);
-        self.summarise_from(at / BLOCK);
+        if self.chunks.is_empty() {
+            self.chunks.push(Chunk::new(vec![facts]));
+            return;
+        }
+        let c = self.chunk_for(facts.job);
+        let chunk = &mut self.chunks[c];
+        let at = chunk.entries.partition_point(|e| e.job < facts.job);
+        if chunk.entries.get(at).is_some_and(|e| e.job == facts.job) {
+            // Requeued before its old place was tidied away: it takes it again.
+            assert!(chunk.entries[at].gone, "job {} queued twice", facts.job);
+            chunk.entries[at] = facts;
+            chunk.live += 1;
+            chunk.summarise();
+            return;
+        }
+        if at == chunk.entries.len() && chunk.entries.len() == CHUNK {
+            // Past a full chunk: the next chunk's start, or a new chunk.
+            if c + 1 == self.chunks.len() {
+                self.chunks.push(Chunk::new(vec![facts]));
+            } else {
+                let next = &mut self.chunks[c + 1];
+                next.entries.insert(0, facts);
+                next.live += 1;
+                next.summarise();
+                self.split_if_full(c + 1);
+            }
+            return;
+        }
+        chunk.entries.insert(at, facts);
+        chunk.live += 1;
+        chunk.summarise();
+        self.split_if_full(c);
+    }
+
+    fn split_if_full(&mut self, c: usize) {
+        if self.chunks[c].entries.len() > CHUNK {
+            let chunk = &mut self.chunks[c];
+            let tail = Chunk::new(chunk.entries.split_off(chunk.entries.len() / 2));
+            chunk.live -= tail.live;
+            chunk.summarise();
+            self.chunks.insert(c + 1, tail);
+        }
     }
 
     /// Removes a job, leaving positions as they are.
     pub(super) fn remove(&mut self, job: u32) -> bool {
-        let at = self.entries.partition_point(|e| e.job < job);
-        if self.entries.get(at).is_none_or(|e| e.job != job) || self.gone[at] {
+        if self.chunks.is_empty() {
             return false;
         }
-        self.gone[at] = true;
-        self.live -= 1;
-        while self.head < self.entries.len() && self.gone[self.head] {
-            self.head += 1;
+        let c = self.chunk_for(job);
+        let chunk = &mut self.chunks[c];
+        let at = chunk.entries.partition_point(|e| e.job < job);
+        if chunk.entries.get(at).is_none_or(|e| e.job != job || e.gone) {
+            return false;
         }
+        chunk.entries[at].gone = true;
+        chunk.live -= 1;
+        self.live -= 1;
+        self.untidy |= chunk.live * 2 < chunk.entries.len();
         true
     }
 
-    /// Drops removed entries once they outnumber the jobs left (between
-    /// passes only: it shifts positions).
+    /// Drops the places of removed jobs in chunks where they are the
+    /// majority, and chunks with no job left, so a walk seldom passes more
+    /// removed jobs than jobs (only while no walk is in the line: it
+    /// shifts positions).
     pub(super) fn tidy(&mut self) {
-        let removed = self.entries.len() - self.live;
-        if removed > BLOCK && removed > self.live {
-            let mut keep = self.gone.iter().map(|&g| !g);
-            self.entries.retain(|_| keep.next().expect("one flag per entry"));
-            self.gone.clear();
-            self.gone.resize(self.entries.len(), false);
-            self.head = 0;
-            self.summaries.clear();
-            self.summarise_from(0);
-        }
-    }
-
-    fn summarise_from(&mut self, block: usize) {
-        self.summaries.truncate(block);
-        for chunk in self.entries[block * BLOCK..].chunks(BLOCK) {
-            self.summaries.push(BlockSummary {
-                min_held: chunk.iter().map(|e| e.held).min().expect("chunks are not empty"),
-                min_runtime: chunk.iter().map(|e| e.min_runtime).min().expect("chunks are not empty"),
-                any_small: chunk.iter().any(|e| e.small),
-            });
+        if self.untidy {
+            for chunk in self.chunks.iter_mut().filter(|c| c.live * 2 < c.entries.len()) {
+                chunk.entries.retain(|e| !e.gone);
+                chunk.summarise();
+            }
+            self.chunks.retain(|c| c.live > 0);
+            self.untidy = false;
         }
     }
 
     /// The first job in order.
     pub(super) fn first(&self) -> Option<u32> {
-        self.next_live(self.head).map(|p| self.entries[p].job)
-    }
-
-    /// The first job after `job` in order.
-    pub(super) fn next_after(&self, job: u32) -> Option<u32> {
-        self.next_live(self.position_after(job)).map(|p| self.entries[p].job)
+        self.next_live(Position::default())
     }
 
     /// The `n`th job in order (from 0).
-    pub(super) fn nth(&self, n: usize) -> Option<u32> {
-        (self.head..self.entries.len()).filter(|&p| !self.gone[p]).nth(n).map(|p| self.entries[p].job)
+    pub(super) fn nth(&self, mut n: usize) -> Option<u32> {
+        for chunk in &self.chunks {
+            if n < chunk.live {
+                return chunk.entries.iter().filter(|e| !e.gone).nth(n).map(|e| e.job);
+            }
+            n -= chunk.live;
+        }
+        None
     }
 
     /// The position of the first entry after `job` (removed or not).
-    pub(super) fn position_after(&self, job: u32) -> usize {
-        self.head.max(self.entries.partition_point(|e| e.job <= job))
-    }
-
-    fn next_live(&self, from: usize) -> Option<usize> {
-        (from..self.entries.len()).find(|&p| !self.gone[p])
-    }
-
-    /// The entry at `position`, if any: its facts, and whether it was removed.
-    pub(super) fn at(&self, position: usize) -> Option<(&WaitingFacts, bool)> {
-        self.entries.get(position).map(|e| (e, self.gone[position]))
-    }
-
-    /// The summary of the block that starts at `position`, if one does.
-    pub(super) fn block_at(&self, position: usize) -> Option<&BlockSummary> {
-        if position.is_multiple_of(BLOCK) {
-            self.summaries.get(position / BLOCK)
-        } else {
-            None
+    pub(super) fn position_after(&self, job: u32) -> Position {
+        if self.chunks.is_empty() {
+            return Position::default();
         }
+        let c = self.chunk_for(job);
+        let entry = self.chunks[c].entries.partition_point(|e| e.job <= job);
+        self.normalise(Position { chunk: c, entry })
+    }
+
+    /// A position past its chunk's end moves to the next chunk's start.
+    fn normalise(&self, mut p: Position) -> Position {
+        while self.chunks.get(p.chunk).is_some_and(|c| p.entry >= c.entries.len()) {
+            p = Position { chunk: p.chunk + 1, entry: 0 };
+        }
+        p
+    }
+
+    fn next_live(&self, p: Position) -> Option<u32> {
+        self.live_from(p).map(|(_, j)| j)
+    }
+
+    /// The first job at or after `p` still in the line, and its place.
+    pub(super) fn live_from(&self, mut p: Position) -> Option<(Position, u32)> {
+        while let Some(e) = self.at(p) {
+            if !e.gone {
+                return Some((p, e.job));
+            }
+            p = self.step(p);
+        }
+        None
+    }
+
+    /// The entry at `p`, if any.
+    pub(super) fn at(&self, p: Position) -> Option<&WaitingFacts> {
+        self.chunks.get(p.chunk)?.entries.get(p.entry)
+    }
+
+    /// The position after `p`.
+    pub(super) fn step(&self, p: Position) -> Position {
+        self.normalise(Position { chunk: p.chunk, entry: p.entry + 1 })
+    }
+
+    /// The rest of `p`'s chunk from `p` on, and the chunk's summary;
+    /// `None` past the last chunk.
+    pub(super) fn chunk_from(&self, p: Position) -> Option<(&[WaitingFacts], &BlockSummary)> {
+        let chunk = self.chunks.get(p.chunk)?;
+        Some((&chunk.entries[p.entry.min(chunk.entries.len())..], &chunk.summary))
     }
 
     /// The jobs in order.
     pub(super) fn jobs(&self) -> impl Iterator<Item = u32> + '_ {
-        self.entries.iter().zip(&self.gone).filter(|(_, &g)| !g).map(|(e, _)| e.job)
+        self.chunks.iter().flat_map(|c| c.entries.iter().filter(|e| !e.gone).map(|e| e.job))
     }
 }
 
@@ -148,50 +260,123 @@ mod tests {
     use super::*;
 
     fn facts(job: u32, held: u32) -> WaitingFacts {
-        WaitingFacts { job, held, remaining: 10, min_runtime: 5, small: held == 1 }
+        WaitingFacts { job, held, remaining: 10, min_runtime: 5 + i64::from(job % 3), small: held == 1, gone: false }
+    }
+
+    /// The first job after `job` in order.
+    fn next_after(line: &WaitingLine, job: u32) -> Option<u32> {
+        line.live_from(line.position_after(job)).map(|(_, j)| j)
+    }
+
+    /// Every entry, walked by `step`, with whether it was removed.
+    fn walked(line: &WaitingLine) -> Vec<(u32, bool)> {
+        let mut out = Vec::new();
+        let mut p = Position::default();
+        while let Some(e) = line.at(p) {
+            out.push((e.job, e.gone));
+            p = line.step(p);
+        }
+        out
     }
 
     #[test]
     fn keeps_order_through_inserts_removals_and_tidying() {
         let mut line = WaitingLine::default();
-        for j in (0..100).rev().step_by(3) {
+        // Appends, inserts into the middle and before the start, enough to split chunks.
+        let mut expect: Vec<u32> = Vec::new();
+        for j in (0..400).step_by(2).chain((1..400).step_by(6)).chain([1000, 999]) {
             line.insert(facts(j, 1 + j % 8));
+            expect.push(j);
         }
-        line.insert(facts(50, 3)); // into the middle
-        let mut expect: Vec<u32> = (0..100).rev().step_by(3).chain([50]).collect();
         expect.sort();
         assert_eq!(line.jobs().collect::<Vec<_>>(), expect);
+        assert_eq!(walked(&line).iter().map(|&(j, _)| j).collect::<Vec<_>>(), expect);
+        assert!(line.chunks.iter().all(|c| !c.entries.is_empty() && c.entries.len() <= CHUNK));
         assert_eq!(line.first(), Some(expect[0]));
-        for &j in &expect[..20] {
+        for &j in &expect[..70] {
             assert!(line.remove(j));
         }
         assert!(!line.remove(expect[0]), "removed twice");
-        assert!(!line.remove(1000), "never queued");
-        assert_eq!(line.len(), expect.len() - 20);
-        assert_eq!(line.first(), Some(expect[20]));
-        assert_eq!(line.next_after(expect[20]), Some(expect[21]));
-        assert_eq!(line.next_after(expect[5]), Some(expect[20]), "after a removed job: the next one left");
-        assert_eq!(line.nth(3), Some(expect[23]));
+        assert!(!line.remove(5000), "never queued");
+        assert_eq!(line.len(), expect.len() - 70);
+        assert_eq!(line.first(), Some(expect[70]));
+        assert_eq!(next_after(&line, expect[70]), Some(expect[71]));
+        assert_eq!(next_after(&line, expect[5]), Some(expect[70]), "after a removed job: the next one left");
+        assert_eq!(line.nth(3), Some(expect[73]));
+        assert_eq!(line.nth(expect.len() - 70), None);
+        let before = walked(&line);
         line.tidy();
-        assert_eq!(line.jobs().collect::<Vec<_>>(), expect[20..].to_vec());
-        assert_eq!(line.at(0).map(|(e, gone)| (e.job, gone)), Some((expect[20], false)));
+        let after = walked(&line);
+        assert!(after.len() < before.len(), "chunks with no job left are dropped");
+        assert_eq!(after.iter().filter(|&&(_, g)| !g).map(|&(j, _)| j).collect::<Vec<_>>(), expect[70..].to_vec());
+        assert_eq!(line.jobs().collect::<Vec<_>>(), expect[70..].to_vec());
+        // Positions: after a job, at its successor (removed or not).
+        let p = line.position_after(expect[100]);
+        assert_eq!(line.at(p).map(|e| e.job), Some(expect[101]));
+        assert!(line.at(line.position_after(1000)).is_none());
+    }
+
+    /// Random inserts (appends and requeues into the middle), removals and
+    /// tidies, against a sorted set.
+    #[test]
+    fn answers_as_a_sorted_set_does() {
+        let mut line = WaitingLine::default();
+        let mut model = std::collections::BTreeSet::new();
+        let mut x: u64 = 7;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for step in 0..20_000 {
+            let r = next();
+            match r % 10 {
+                0..=4 => {
+                    let j = (next() % 3000) as u32;
+                    if model.insert(j) {
+                        line.insert(facts(j, 1 + j % 8));
+                    }
+                }
+                5..=8 => {
+                    let j = if r % 2 == 0 { model.iter().next().copied() } else { model.iter().nth((next() % (model.len() as u64 + 1)) as usize).copied() };
+                    if let Some(j) = j {
+                        model.remove(&j);
+                        assert!(line.remove(j), "step {step}: remove {j}");
+                    }
+                }
+                _ => line.tidy(),
+            }
+            assert_eq!(line.len(), model.len(), "step {step}");
+            assert_eq!(line.first(), model.iter().next().copied(), "step {step}");
+            let probe = (next() % 3000) as u32;
+            assert_eq!(next_after(&line, probe), model.range(probe + 1..).next().copied(), "step {step}: after {probe}");
+            let k = (next() % 50) as usize;
+            assert_eq!(line.nth(k), model.iter().nth(k).copied(), "step {step}: nth {k}");
+        }
+        assert_eq!(line.jobs().collect::<Vec<_>>(), model.into_iter().collect::<Vec<_>>());
     }
 
     #[test]
-    fn block_summaries_bound_every_job_of_their_block() {
+    fn chunk_summaries_bound_every_job_of_their_chunk() {
         let mut line = WaitingLine::default();
-        for j in 0..70 {
+        for j in 0..200 {
             line.insert(facts(j * 2, 2 + (j * 7) % 9));
         }
-        line.insert(facts(1, 9));
+        for j in 0..50 {
+            line.insert(facts(j * 8 + 1, 1));
+        }
         line.remove(0);
-        for block in 0..line.summaries.len() {
-            let s = line.block_at(block * BLOCK).expect("a summary per block");
-            for p in block * BLOCK..((block + 1) * BLOCK).min(line.entries.len()) {
-                let (e, _) = line.at(p).unwrap();
+        let mut p = Position::default();
+        let mut chunks = 0;
+        while let Some((entries, s)) = line.chunk_from(p) {
+            chunks += 1;
+            assert!(!entries.is_empty() && entries.len() <= CHUNK);
+            for e in entries {
                 assert!(s.min_held <= e.held && s.min_runtime <= e.min_runtime && (s.any_small || !e.small));
             }
+            p = p.next_chunk();
         }
-        assert!(line.block_at(3).is_none(), "summaries only at block starts");
+        assert!(chunks > 250 / CHUNK, "{chunks} chunks");
     }
 }
