@@ -6,7 +6,7 @@ use allot::fairshare::Ranking;
 use allot::order::{order_jobs, PendingJob, QueueGroup};
 use allot::preempt::may_preempt_with;
 
-use super::waiting::{BlockSummary, Position};
+use super::waiting::{ChunkSummary, Position};
 use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
@@ -246,7 +246,7 @@ impl Engine<'_> {
         // circumstances that still hold (the search's own first tests).
         // Asked of the next job in order only, in the state it would be
         // visited in: which teammate failed last can change during a pass.
-        // A block of jobs that would all be skipped is stepped over whole.
+        // A chunk of jobs that would all be skipped is stepped over whole.
         let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
@@ -262,7 +262,7 @@ impl Engine<'_> {
                 Some(w) if w.job > last => break,
                 Some(_) => {}
             }
-            if walk.position.at_chunk_start() && self.skips_block(summary, bound, leaf, priority, may_preempt, st) {
+            if walk.position.at_chunk_start() && self.skips_chunk(summary, bound, leaf, priority, may_preempt, st) {
                 walk.position = walk.position.next_chunk();
                 continue;
             }
@@ -309,13 +309,13 @@ impl Engine<'_> {
         room
     }
 
-    /// Whether every job of a block would be skipped by the walk: the
+    /// Whether every job of a chunk would be skipped by the walk: the
     /// per-job tests that are monotone in GPUs and minimum runtime, asked
-    /// of the block's least (a removed job is skipped anyway).
-    fn skips_block(&self, block: &BlockSummary, bound: u32, leaf: usize, priority: allot::contract::PriorityLevel, may_preempt: bool, st: &PassState) -> bool {
-        block.min_held >= bound
-            || (block.min_held >= st.min_fail[1]
-                && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, block.min_held, priority, block.min_runtime, block.any_small))))
+    /// of the chunk's least (a removed job is skipped anyway).
+    fn skips_chunk(&self, chunk: &ChunkSummary, bound: u32, leaf: usize, priority: allot::contract::PriorityLevel, may_preempt: bool, st: &PassState) -> bool {
+        chunk.min_held >= bound
+            || (chunk.min_held >= st.min_fail[1]
+                && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, chunk.min_held, priority, chunk.min_runtime, chunk.any_small))))
     }
 
     /// Non-empty groups, first to be served first. For allot, the groups'

@@ -25,7 +25,7 @@ const CHUNK: usize = 16;
 /// Lower bounds over one chunk's jobs (removed ones included: a bound over
 /// more jobs is still a bound), for skipping the chunk as a whole.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct BlockSummary {
+pub(super) struct ChunkSummary {
     pub(super) min_held: u32,
     pub(super) min_runtime: i64,
     pub(super) any_small: bool,
@@ -36,19 +36,19 @@ struct Chunk {
     /// By job index; never empty (a chunk is dropped when tidied empty).
     entries: Vec<WaitingFacts>,
     live: usize,
-    summary: BlockSummary,
+    summary: ChunkSummary,
 }
 
 impl Chunk {
     fn new(entries: Vec<WaitingFacts>) -> Chunk {
         let live = entries.iter().filter(|e| !e.gone).count();
-        let mut c = Chunk { entries, live, summary: BlockSummary { min_held: 0, min_runtime: 0, any_small: true } };
+        let mut c = Chunk { entries, live, summary: ChunkSummary { min_held: 0, min_runtime: 0, any_small: true } };
         c.summarise();
         c
     }
 
     fn summarise(&mut self) {
-        self.summary = BlockSummary {
+        self.summary = ChunkSummary {
             min_held: self.entries.iter().map(|e| e.held).min().unwrap_or(u32::MAX),
             min_runtime: self.entries.iter().map(|e| e.min_runtime).min().unwrap_or(i64::MAX),
             any_small: self.entries.iter().any(|e| e.small),
@@ -244,7 +244,7 @@ impl WaitingLine {
 
     /// The rest of `p`'s chunk from `p` on, and the chunk's summary;
     /// `None` past the last chunk.
-    pub(super) fn chunk_from(&self, p: Position) -> Option<(&[WaitingFacts], &BlockSummary)> {
+    pub(super) fn chunk_from(&self, p: Position) -> Option<(&[WaitingFacts], &ChunkSummary)> {
         let chunk = self.chunks.get(p.chunk)?;
         Some((&chunk.entries[p.entry.min(chunk.entries.len())..], &chunk.summary))
     }
