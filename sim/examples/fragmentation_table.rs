@@ -5,6 +5,9 @@
 //!
 //! ```sh
 //! cargo run --release -p allot-sim --example fragmentation_table
+//! # and the same knobs on two more generated seeds, the September month,
+//! # and the October month derived with another seed:
+//! cargo run --release -p allot-sim --example fragmentation_table -- --more
 //! ```
 use allot::budget::BudgetTree;
 use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
@@ -57,15 +60,23 @@ fn row(workload: &str, knob: &str, r: &Report) {
 
 fn main() {
     let cluster = ClusterSpec { nodes: 75, gpus_per_node: 8 };
-    let mut workloads: Vec<(&str, Workload, BudgetTree)> = Vec::new();
-    let generated = scenario(&ScenarioParams { load: 2.0, ..ScenarioParams::default() });
-    workloads.push(("generated, load 2 (30 d)", generated.workload, BudgetTree::parse(&generated.budget_toml).expect("generated budget")));
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("data/philly-2017-10.csv");
-    let trace = Workload::from_csv(std::fs::File::open(&path).expect("sim/data/philly-2017-10.csv"), false).expect("the vendored trace");
-    let october = derive(&trace, &DeriveParams { seed: 1, copies: 1, runtime_scale: 1.0 }, cluster.gpus_per_node);
-    let tree = equal_share_budget(&october).expect("equal shares");
-    workloads.push(("Philly 2017-10", october, tree));
-
+    let more = std::env::args().any(|a| a == "--more");
+    let mut workloads: Vec<(String, Workload, BudgetTree)> = Vec::new();
+    let seeds: &[u64] = if more { &[2, 3] } else { &[ScenarioParams::default().seed] };
+    for &seed in seeds {
+        let generated = scenario(&ScenarioParams { load: 2.0, seed, ..ScenarioParams::default() });
+        let name = if more { format!("generated, load 2 (30 d), seed {seed}") } else { "generated, load 2 (30 d)".into() };
+        workloads.push((name, generated.workload, BudgetTree::parse(&generated.budget_toml).expect("generated budget")));
+    }
+    let months: &[(&str, u64)] = if more { &[("09", 1), ("10", 2)] } else { &[("10", 1)] };
+    for &(month, seed) in months {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("data/philly-2017-{month}.csv"));
+        let trace = Workload::from_csv(std::fs::File::open(&path).expect("a vendored Philly month"), false).expect("the vendored trace");
+        let derived = derive(&trace, &DeriveParams { seed, copies: 1, runtime_scale: 1.0 }, cluster.gpus_per_node);
+        let tree = equal_share_budget(&derived).expect("equal shares");
+        let name = if more { format!("Philly 2017-{month}, seed {seed}") } else { format!("Philly 2017-{month}") };
+        workloads.push((name, derived, tree));
+    }
     println!("| workload | knob | idle while waiting (GPU-h) | limits / whole-node / no fit | >32 GPUs p50 / p90 | 9-32 p50 / p90 | debug p90 | delivered / owed | preemptions |");
     println!("|---|---|---|---|---|---|---|---|---|");
     for (name, workload, tree) in &workloads {
