@@ -333,11 +333,18 @@ pub fn outranks_by(victim: LeafId, waiting: LeafId, ranking: &Ranking, margin: f
         preemptor_ratio: ranking.standings[waiting_node as usize].ratio,
         margin,
     };
-    if c.preemptee_ratio - c.preemptor_ratio > c.margin {
+    if parting_allows(ranking, (victim_node, waiting_node), margin) {
         PreemptDecision::YesOutranked(c)
     } else {
         PreemptDecision::NoNotOutranked(c)
     }
+}
+
+/// Rule 4 at the two sibling nodes where the victim's and the waiting
+/// job's paths part: the victim's side is over-used by more than `margin`
+/// beyond the waiting side.
+fn parting_allows(ranking: &Ranking, (victim_node, waiting_node): (NodeId, NodeId), margin: f64) -> bool {
+    ranking.standings[victim_node as usize].ratio - ranking.standings[waiting_node as usize].ratio > margin
 }
 
 /// [`outranks_by`] for many questions under successive rankings of one
@@ -384,7 +391,7 @@ impl Outranking {
         let partings = self.by_waiting.get(waiting as usize).filter(|_| ranking.leaves() == self.leaves)?;
         let mut mask = 0;
         for &(vn, wn, victims) in partings {
-            if ranking.standings[vn as usize].ratio - ranking.standings[wn as usize].ratio > margin {
+            if parting_allows(ranking, (vn, wn), margin) {
                 mask |= victims;
             }
         }
@@ -398,10 +405,7 @@ impl Outranking {
         if v >= self.leaves || w >= self.leaves || ranking.leaves() != self.leaves {
             return outranks_by(victim, waiting, ranking, margin).allowed();
         }
-        match self.parting[v * self.leaves + w] {
-            None => false,
-            Some((vn, wn)) => ranking.standings[vn as usize].ratio - ranking.standings[wn as usize].ratio > margin,
-        }
+        self.parting[v * self.leaves + w].is_some_and(|parting| parting_allows(ranking, parting, margin))
     }
 }
 
