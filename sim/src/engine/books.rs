@@ -184,41 +184,43 @@ impl Engine<'_> {
         rest
     }
 
-    /// Adds (`sign` 1) or removes (-1) run `j` in its leaf's count of
-    /// unprotected GPUs by contract.
-    pub(super) fn count_unprotected(&mut self, j: u32, sign: i32) {
+    /// Books run `j` as unprotected (`true`: its protection ended) or no
+    /// longer (it ends or is preempted): its leaf's set, GPUs and GPUs by
+    /// contract, and the per-node victim counts.
+    pub(super) fn book_unprotected(&mut self, j: u32, unprotected: bool) {
         let job = &self.jobs[j as usize];
-        let (minrt, held) = (job.contract.min_runtime, job.held);
-        let counts = &mut self.unprotected_by_contract[job.leaf as usize][job.contract.priority as usize];
+        let (leaf, minrt, held) = (job.leaf as usize, job.contract.min_runtime, job.held);
+        let counts = &mut self.unprotected_by_contract[leaf][job.contract.priority as usize];
         // Longest minimum runtime first.
         let at = counts.partition_point(|&(m, _)| m > minrt);
-        match counts.get_mut(at) {
-            Some(e) if e.0 == minrt => {
-                e.1 = e.1.checked_add_signed(sign * held as i32).expect("unprotected GPUs never go negative");
-                if e.1 == 0 {
-                    counts.remove(at);
-                }
+        if unprotected {
+            self.unprotected[leaf].insert(j);
+            self.unprotected_gpus[leaf] += held;
+            match counts.get_mut(at) {
+                Some(e) if e.0 == minrt => e.1 += held,
+                _ => counts.insert(at, (minrt, held)),
             }
-            _ => {
-                debug_assert_eq!(sign, 1, "removing a run that was not counted");
-                counts.insert(at, (minrt, held));
+        } else {
+            self.unprotected[leaf].remove(&j);
+            self.unprotected_gpus[leaf] -= held;
+            let e = counts.get_mut(at).filter(|e| e.0 == minrt).expect("an unprotected run is counted by its contract");
+            e.1 -= held;
+            if e.1 == 0 {
+                counts.remove(at);
             }
         }
+        self.jobs[j as usize].unprotected = unprotected;
+        self.victim_books_on_nodes(j, true, if unprotected { 1 } else { -1 });
     }
 
     /// Removes a running job from the preemption candidates.
     pub(super) fn drop_victim_books(&mut self, j: u32) {
         let job = &self.jobs[j as usize];
-        let (leaf, held) = (job.leaf as usize, job.held);
         if !job.contract.is_allocated() {
-            self.free_for_all_gpus -= held;
+            self.free_for_all_gpus -= job.held;
             self.victim_books_on_nodes(j, false, -1);
         } else if job.unprotected {
-            self.unprotected[leaf].remove(&j);
-            self.unprotected_gpus[leaf] -= held;
-            self.count_unprotected(j, -1);
-            self.victim_books_on_nodes(j, true, -1);
-            self.jobs[j as usize].unprotected = false;
+            self.book_unprotected(j, false);
         }
     }
 

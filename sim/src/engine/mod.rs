@@ -724,12 +724,7 @@ impl<'a> Engine<'a> {
                 if job.run_no != run || job.status != Status::Running || !job.contract.is_allocated() || job.unprotected {
                     return false;
                 }
-                let leaf = job.leaf as usize;
-                self.jobs[j as usize].unprotected = true;
-                self.unprotected[leaf].insert(j);
-                self.unprotected_gpus[leaf] += self.jobs[j as usize].held;
-                self.count_unprotected(j, 1);
-                self.victim_books_on_nodes(j, true, 1);
+                self.book_unprotected(j, true);
                 self.growth += 1;
                 true
             }

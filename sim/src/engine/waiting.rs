@@ -185,7 +185,7 @@ impl WaitingLine {
 
     /// The first job in order.
     pub(super) fn first(&self) -> Option<u32> {
-        self.next_live(Position::default())
+        self.live_from(Position::default()).map(|(_, j)| j)
     }
 
     /// The `n`th job in order (from 0).
@@ -215,10 +215,6 @@ impl WaitingLine {
             p = Position { chunk: p.chunk + 1, entry: 0 };
         }
         p
-    }
-
-    fn next_live(&self, p: Position) -> Option<u32> {
-        self.live_from(p).map(|(_, j)| j)
     }
 
     /// The first job at or after `p` still in the line, and its place.
