@@ -207,30 +207,8 @@ impl Engine<'_> {
     /// ended the pass, no later job could have started either).
     pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
         let head = self.groups[g].first()?;
-        let mut bound = st.min_fail[0].max(st.min_fail[1]);
         let may_preempt = self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test;
-        if may_preempt {
-            // The group's jobs share leaf and priority, not minimum runtimes:
-            // bound their teammates' GPUs by the most any of them may take.
-            let leaf = self.jobs[head as usize].leaf as usize;
-            let mut room = match st.group_room {
-                Some((cached, room)) if cached == g => room,
-                _ => {
-                    let room = self.room_of_group(head, leaf, ranking);
-                    st.group_room = Some((g, room));
-                    room
-                }
-            };
-            if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
-                // A smaller job of this leaf found no room this pass (a small
-                // one: no job of the leaf may take more).
-                let (stamp, fail_at, _, _, fail_small) = self.leaf_fail[leaf];
-                if stamp == self.passes && (fail_small || self.rules.small_job_gpus == 0) {
-                    room = room.min(fail_at);
-                }
-            }
-            bound = bound.max(room);
-        }
+        let mut bound = self.walk_bound(g, head, may_preempt, st, ranking);
         if bound <= 1 {
             return None; // no job has fewer GPUs
         }
@@ -247,11 +225,20 @@ impl Engine<'_> {
         // Asked of the next job in order only, in the state it would be
         // visited in: which teammate failed last can change during a pass.
         // A chunk of jobs that would all be skipped is stepped over whole.
+        // A job whose search would end finding no node to make room on (one
+        // for a job of its row and size found none since the pass last
+        // placed a job) is skipped too, its failure remembered as the
+        // search would: the walk then goes on as it would after its turn.
         let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
+        // Not when its turn would end the pass (nothing free, nothing to
+        // take), nor around a reservation (a search there remembers nothing).
+        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && !(st.min_fail[1] <= 1 && !st.victims_exist))
+            .then(|| self.same_leaf_possible(head));
         let last = cutoff.unwrap_or(u32::MAX);
-        let line = &self.groups[g];
+        // Out of the engine for the walk, which may remember failures.
+        let line = std::mem::take(&mut self.groups[g]);
         let mut best = None;
         'chunks: while let Some((entries, summary)) = line.chunk_from(walk.position) {
             match entries.first() {
@@ -271,24 +258,69 @@ impl Engine<'_> {
                 if j > last {
                     break 'chunks;
                 }
-                let skip = w.gone || cursor.is_some_and(|c| j <= c) || size >= bound || {
-                    let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
-                    no_place
-                        && (!may_preempt
-                            || (!self.cfg.check_policy
-                                && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small)
-                                    || self.search_failed_before(j, 2 * leaf + usize::from(w.small), allot))))
-                };
-                if !skip {
+                walk.position = walk.position.next_entry();
+                if w.gone || cursor.is_some_and(|c| j <= c) || size >= bound {
+                    continue;
+                }
+                let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
+                if !no_place {
                     best = Some(j);
                     break 'chunks;
                 }
-                walk.position = walk.position.next_entry();
+                if !may_preempt {
+                    continue;
+                }
+                let row = 2 * leaf + usize::from(w.small);
+                if !self.cfg.check_policy && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small) || self.search_failed_before(j, row, allot)) {
+                    continue;
+                }
+                let found_none = same.is_some_and(|same| self.known_no_candidates(self.no_candidates_key(row, self.may_use_all_nodes(j), same, size.min(self.g))));
+                if !found_none || (!allot && !self.within_limit(j)) {
+                    // Its turn comes next (a job held by its limit does nothing).
+                    best = Some(j);
+                    break 'chunks;
+                }
+                self.remember_failure(j, self.search_key(row, allot));
+                bound = self.walk_bound(g, head, may_preempt, st, ranking);
+                if bound <= 1 {
+                    break 'chunks;
+                }
             }
             walk.position = walk.position.next_chunk();
         }
+        self.groups[g] = line;
         st.walk = walk;
         best
+    }
+
+    /// GPUs from which no job of group `g` (first job `head`) can start now:
+    /// none fits on free GPUs, and (`may_preempt`) none could find room by
+    /// preemption. The group's jobs share leaf and priority, not minimum
+    /// runtimes: their teammates' GPUs are bounded by the most any of them
+    /// may take.
+    fn walk_bound(&mut self, g: usize, head: u32, may_preempt: bool, st: &mut PassState, ranking: Option<&Ranking>) -> u32 {
+        let bound = st.min_fail[0].max(st.min_fail[1]);
+        if !may_preempt {
+            return bound;
+        }
+        let leaf = self.jobs[head as usize].leaf as usize;
+        let mut room = match st.group_room {
+            Some((cached, room)) if cached == g => room,
+            _ => {
+                let room = self.room_of_group(head, leaf, ranking);
+                st.group_room = Some((g, room));
+                room
+            }
+        };
+        if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
+            // A smaller job of this leaf found no room this pass (a small
+            // one: no job of the leaf may take more).
+            let (stamp, fail_at, _, _, fail_small) = self.leaf_fail[leaf];
+            if stamp == self.passes && (fail_small || self.rules.small_job_gpus == 0) {
+                room = room.min(fail_at);
+            }
+        }
+        bound.max(room)
     }
 
     /// One more than the most GPUs a job of `head`'s group could find free

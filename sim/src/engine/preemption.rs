@@ -242,12 +242,34 @@ impl Engine<'_> {
     /// failed in circumstances that still hold (then searching again
     /// cannot succeed). Allot: only once the row's victims are known this pass.
     pub(super) fn search_failed_before(&self, j: u32, row: usize, allot: bool) -> bool {
-        let sig = match allot {
+        self.search_key(row, allot).is_some_and(|key| self.failed_search[j as usize] == Some(key))
+    }
+
+    /// A failed search for `j`: for its leaf's smaller-job test this pass
+    /// and, with its key, for searching again (a failure that depended on
+    /// a reservation has none: the next pass may have no reservation).
+    pub(super) fn remember_failure(&mut self, j: u32, key: Option<SearchKey>) {
+        if key.is_some() {
+            self.failed_search[j as usize] = key;
+        }
+        let small = self.is_small(j);
+        let job = &self.jobs[j as usize];
+        let record = (self.passes, job.held, job.contract.priority, job.contract.min_runtime, small);
+        let e = &mut self.leaf_fail[job.leaf as usize];
+        if e.0 != record.0 || record.1 < e.1 {
+            *e = record;
+        }
+    }
+
+    /// What a search for a job of preemption row `row` now depends on
+    /// (allot: once the row's victims are known this pass).
+    pub(super) fn search_key(&self, row: usize, allot: bool) -> Option<SearchKey> {
+        let allowed = match allot {
             false => 0,
             true if self.victim_gpus_cache[row].0 == self.passes => self.victim_gpus_cache[row].1,
-            true => return false,
+            true => return None,
         };
-        self.failed_search[j as usize] == Some(SearchKey { growth: self.growth, allowed: sig })
+        Some(SearchKey { growth: self.growth, allowed })
     }
 
     /// Finds nodes and victims that make room for `j`, or `None`.
@@ -312,24 +334,15 @@ impl Engine<'_> {
         // on it is not remembered past this pass: the next may have none.
         let end = now + self.max_grace() + self.remaining(j);
         let reserved = |n: u32, gpus: u32| around.is_some_and(|s| !s.allows(n, gpus, end));
-        let fail = |this: &mut Self| {
-            if around.is_none() {
-                this.failed_search[j as usize] = Some(key);
-            }
-            let passes = this.passes;
-            let e = &mut this.leaf_fail[w];
-            if e.0 != passes || held < e.1 {
-                *e = (passes, held, prio, minrt, small);
-            }
-        };
+        let fail = |this: &mut Self| this.remember_failure(j, around.is_none().then_some(key));
         let same = self.same_leaf_possible(j);
         // Nodes where free GPUs and this job's possible victims make room
         // (none if none were for a job of the same row, nodes and need
         // since the last start or preemption: nothing else adds room).
-        let none_key = ((row * 2 + usize::from(all)) * 2 + usize::from(same)) * (g as usize + 1) + need as usize;
+        let none_key = self.no_candidates_key(row, all, same, need);
         let candidates = &mut scratch.candidates;
         candidates.clear();
-        if around.is_some() || self.no_candidates[none_key] != (self.passes, self.placements) {
+        if around.is_some() || !self.known_no_candidates(none_key) {
             for ub in need..=g {
                 for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all) && !reserved(n, need)) {
                     let free = self.nodes.free_on(n);
@@ -418,6 +431,20 @@ impl Engine<'_> {
             }
         }
         Some(plan)
+    }
+
+    /// Where [`Self::plan_preemption`] remembers that no node could be made
+    /// room on for a job of preemption row `row`, using the small-job nodes
+    /// or not (`all`), taking its own leaf's runs or not (`same`), needing
+    /// `need` GPUs on a node.
+    pub(super) fn no_candidates_key(&self, row: usize, all: bool, same: bool, need: u32) -> usize {
+        ((row * 2 + usize::from(all)) * 2 + usize::from(same)) * (self.g as usize + 1) + need as usize
+    }
+
+    /// Whether no node could be made room on for such a job since the last
+    /// start or preemption of this pass (nothing else adds room).
+    pub(super) fn known_no_candidates(&self, key: usize) -> bool {
+        self.no_candidates[key] == (self.passes, self.placements)
     }
 
     /// The longest grace time a victim gets: when a preemptor starts, at the latest.

@@ -84,7 +84,7 @@ impl Position {
 pub(super) struct WaitingLine {
     chunks: Vec<Chunk>,
     live: usize,
-    /// Removed jobs are the majority of some chunk: the next tidy drops them.
+    /// Some job was removed since the last tidy.
     untidy: bool,
 }
 
@@ -164,21 +164,21 @@ impl WaitingLine {
         chunk.entries[at].gone = true;
         chunk.live -= 1;
         self.live -= 1;
-        self.untidy |= chunk.live * 2 < chunk.entries.len();
+        self.untidy = true;
         true
     }
 
-    /// Drops the places of removed jobs in chunks where they are the
-    /// majority, and chunks with no job left, so a walk seldom passes more
-    /// removed jobs than jobs (only while no walk is in the line: it
-    /// shifts positions).
+    /// Drops the places of removed jobs, and chunks with no job left, so a
+    /// walk passes only the jobs removed during its own pass and chunk
+    /// summaries bound live jobs only (only while no walk is in the line:
+    /// it shifts positions).
     pub(super) fn tidy(&mut self) {
         if self.untidy {
-            for chunk in self.chunks.iter_mut().filter(|c| c.live * 2 < c.entries.len()) {
+            self.chunks.retain(|c| c.live > 0);
+            for chunk in self.chunks.iter_mut().filter(|c| c.live < c.entries.len()) {
                 chunk.entries.retain(|e| !e.gone);
                 chunk.summarise();
             }
-            self.chunks.retain(|c| c.live > 0);
             self.untidy = false;
         }
     }
