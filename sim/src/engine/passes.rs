@@ -234,7 +234,7 @@ impl Engine<'_> {
         let allot = self.cfg.policy == PolicyKind::Allot;
         // Not when its turn would end the pass (nothing free, nothing to
         // take), nor around a reservation (a search there remembers nothing).
-        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && !(st.min_fail[1] <= 1 && !st.victims_exist))
+        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist))
             .then(|| self.same_leaf_possible(head));
         let last = cutoff.unwrap_or(u32::MAX);
         // Out of the engine for the walk, which may remember failures.
