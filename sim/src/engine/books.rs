@@ -209,6 +209,10 @@ impl Engine<'_> {
                 counts.remove(at);
             }
         }
+        if leaf < 64 {
+            let bit = 1u64 << leaf;
+            self.unprotected_leaves = if self.unprotected[leaf].is_empty() { self.unprotected_leaves & !bit } else { self.unprotected_leaves | bit };
+        }
         self.jobs[j as usize].unprotected = unprotected;
         self.victim_books_on_nodes(j, true, if unprotected { 1 } else { -1 });
     }

@@ -386,6 +386,9 @@ pub(crate) struct Engine<'a> {
     outranking: Option<allot::preempt::Outranking>,
     /// Allot: running allocated jobs past their protection, per leaf.
     unprotected: Vec<BTreeSet<u32>>,
+    /// The leaves whose `unprotected` set is not empty (leaf v: bit v; only
+    /// leaves below 64 are counted).
+    unprotected_leaves: u64,
     unprotected_gpus: Vec<u32>,
     /// Per leaf and priority level: GPUs of `unprotected` runs by minimum
     /// runtime (longest first), for rule 5's count (`same_leaf_gpus`).
@@ -447,7 +450,7 @@ pub(crate) struct Engine<'a> {
     victim_gpus_cache: Vec<(u64, u64)>,
     /// `allowed[row * leaves + v]`: jobs of preemption row `row` may take
     /// leaf `v`'s unprotected runs (this pass, for the rows `cross_victim_gpus`
-    /// filled).
+    /// filled), when there are more than 64 leaves (else `allowed_bits`).
     allowed: Vec<bool>,
     /// Per node: GPUs of free-for-all runs; unprotected GPUs per leaf
     /// (`[node * leaves + leaf]`) and in all.
@@ -547,6 +550,7 @@ impl<'a> Engine<'a> {
             group_order_buffer: Vec::new(),
             outranking: None,
             unprotected: vec![BTreeSet::new(); leaves],
+            unprotected_leaves: 0,
             unprotected_gpus: vec![0; leaves],
             unprotected_by_contract: vec![Default::default(); leaves],
             free_for_all_gpus: 0,

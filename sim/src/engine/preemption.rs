@@ -95,7 +95,7 @@ impl Engine<'_> {
                     && if victim.leaf as usize == w {
                         self.same_leaf_possible(j) && within_team(&victim.contract, &self.jobs[j as usize].contract).allowed()
                     } else {
-                        self.allowed[row * self.leaves + victim.leaf as usize]
+                        self.row_takes(row, victim.leaf as usize)
                     }))
     }
 
@@ -140,31 +140,55 @@ impl Engine<'_> {
         let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
         let mut list = std::mem::take(&mut self.allowed_list[row]);
         list.clear();
-        let mut bits = 0u64;
         let outranking = self.outranking.get_or_insert_with(|| Outranking::new(r));
         // Unprotected allocated runs of leaf v: the policy's answer for them
         // depends only on the two leaves and the margin.
-        let mask = if allocated { outranking.allowed_mask(w as LeafId, r, margin) } else { Some(0) };
-        for v in 0..self.leaves {
-            let allowed = !self.unprotected[v].is_empty()
-                && match mask {
-                    Some(m) => m >> v & 1 == 1,
-                    None => allocated && outranking.allowed(v as LeafId, w as LeafId, r, margin),
-                };
-            self.allowed[row * self.leaves + v] = allowed;
-            if allowed {
-                gpus += self.unprotected_gpus[v];
-                sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
-                list.push(v as u32);
-                if v < 64 {
-                    bits |= 1 << v;
+        let mask = match allocated {
+            _ if self.leaves > 64 => None,
+            true => outranking.allowed_mask(w as LeafId, r, margin),
+            false => Some(0),
+        };
+        let bits = match mask {
+            // At most 64 leaves: only the allowed leaves with unprotected runs are visited.
+            Some(m) => {
+                let bits = m & self.unprotected_leaves;
+                let mut rest = bits;
+                while rest != 0 {
+                    let v = rest.trailing_zeros() as usize;
+                    rest &= rest - 1;
+                    gpus += self.unprotected_gpus[v];
+                    sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
+                    list.push(v as u32);
                 }
+                bits
             }
-        }
+            None => {
+                for v in 0..self.leaves {
+                    let allowed = allocated && !self.unprotected[v].is_empty() && outranking.allowed(v as LeafId, w as LeafId, r, margin);
+                    self.allowed[row * self.leaves + v] = allowed;
+                    if allowed {
+                        gpus += self.unprotected_gpus[v];
+                        sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
+                        list.push(v as u32);
+                    }
+                }
+                0
+            }
+        };
         self.allowed_list[row] = list;
         self.allowed_bits[row] = bits;
         self.victim_gpus_cache[row] = (self.passes, sig);
         (gpus, sig)
+    }
+
+    /// Whether jobs of preemption row `row` may take leaf `v`'s unprotected
+    /// runs (this pass, for the rows `cross_victim_gpus` filled).
+    fn row_takes(&self, row: usize, v: usize) -> bool {
+        if self.leaves <= 64 {
+            self.allowed_bits[row] >> v & 1 == 1
+        } else {
+            self.allowed[row * self.leaves + v]
+        }
     }
 
     /// GPUs of `j`'s possible victims on node `n`, from the books (an
