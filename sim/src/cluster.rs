@@ -153,6 +153,24 @@ impl Nodes {
         }
     }
 
+    /// Word `word` (as [`Buckets::at_least`]) of the set of nodes with
+    /// fewer than `gpus` free GPUs that a job may use (`all`: the small-job
+    /// nodes too).
+    pub fn with_fewer_free_than(&self, gpus: u32, all: bool, word: usize) -> u64 {
+        let fewer = self.buckets.iter().take(gpus as usize).fold(0, |acc, set| acc | set[word]);
+        if all {
+            return fewer;
+        }
+        // Nodes below small_from only.
+        let first = word as u32 * 64;
+        let usable = match self.small_from.saturating_sub(first) {
+            0 => 0,
+            n if n >= 64 => u64::MAX,
+            n => (1u64 << n) - 1,
+        };
+        fewer & usable
+    }
+
     pub fn free_on(&self, node: u32) -> u32 {
         self.free_count[node as usize]
     }
@@ -267,9 +285,14 @@ impl Buckets {
         self.value[node as usize] = value;
     }
 
-    /// Nodes whose value is `value`, lowest first.
-    pub fn with_value(&self, value: u32) -> impl Iterator<Item = u32> + '_ {
-        set_bits(&self.sets[value as usize])
+    /// Words of the node bit sets (node n: bit n % 64 of word n / 64).
+    pub fn words(&self) -> usize {
+        self.sets.first().map_or(0, Vec::len)
+    }
+
+    /// Word `word` of the set of nodes whose value is at least `value`.
+    pub fn at_least(&self, value: u32, word: usize) -> u64 {
+        self.sets.iter().skip(value as usize).fold(0, |acc, set| acc | set[word])
     }
 }
 

@@ -367,10 +367,14 @@ impl Engine<'_> {
         let candidates = &mut scratch.candidates;
         candidates.clear();
         if around.is_some() || !self.known_no_candidates(none_key) {
-            for ub in need..=g {
-                for n in self.reclaim.with_value(ub).filter(|&n| self.nodes.usable(n, all) && !reserved(n, need)) {
-                    let free = self.nodes.free_on(n);
-                    if free < need && free + self.reclaimable_on(n, row, same) >= need {
+            // Nodes usable, with too few free GPUs, and room enough counting
+            // every possible victim (the bit sets narrow before any is read).
+            for word in 0..self.reclaim.words() {
+                let mut bits = self.reclaim.at_least(need, word) & self.nodes.with_fewer_free_than(need, all, word);
+                while bits != 0 {
+                    let n = word as u32 * 64 + bits.trailing_zeros();
+                    bits &= bits - 1;
+                    if !reserved(n, need) && self.nodes.free_on(n) + self.reclaimable_on(n, row, same) >= need {
                         candidates.push(n);
                     }
                 }
