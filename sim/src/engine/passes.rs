@@ -41,6 +41,32 @@ pub(super) struct Walk {
     position: Position,
 }
 
+/// A group's turn in a pass: what its jobs share, read once.
+pub(super) struct GroupTurn {
+    group: usize,
+    /// Its first job at the start of its turn.
+    head: u32,
+    allocated: bool,
+    leaf: usize,
+    priority: allot::contract::PriorityLevel,
+}
+
+impl GroupTurn {
+    fn of(engine: &Engine, group: usize, head: u32) -> GroupTurn {
+        let job = &engine.jobs[head as usize];
+        GroupTurn { group, head, allocated: job.contract.is_allocated(), leaf: job.leaf as usize, priority: job.contract.priority }
+    }
+
+    /// [`Engine::same_leaf_possible`] for the group's jobs.
+    fn same_leaf_possible(&self, engine: &Engine) -> bool {
+        engine.cfg.policy == PolicyKind::Allot
+            && engine.rules.within_team
+            && self.allocated
+            && self.priority > allot::contract::PriorityLevel::Low
+            && !engine.unprotected[self.leaf].is_empty()
+    }
+}
+
 /// Which scheduler runs a pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Mode {
@@ -120,6 +146,9 @@ impl Engine<'_> {
             let len = self.groups[g].len();
             let remaining = depth - tested;
             let cutoff = if len > remaining { self.groups[g].nth(remaining - 1) } else { None };
+            // Tidied: its first entry is a job (what its group shares is read once).
+            let Some(head) = self.groups[g].first() else { continue };
+            let turn = GroupTurn::of(self, g, head);
             let mut cursor: Option<u32> = None;
             // Before the reservation: the place of the next job in the line.
             let mut in_order = Position::default();
@@ -133,7 +162,7 @@ impl Engine<'_> {
                 } else {
                     // Past the reservation a job that can neither fit nor
                     // preempt does nothing: visit only jobs that might.
-                    self.next_that_might_start(g, cursor, cutoff, now, &mut st, ranking.as_ref())
+                    self.next_that_might_start(&turn, cursor, cutoff, now, &mut st, ranking.as_ref())
                 };
                 let Some(j) = next.filter(|&j| cutoff.is_none_or(|c| j <= c)) else { break };
                 cursor = Some(j);
@@ -150,8 +179,11 @@ impl Engine<'_> {
 
     /// One job's turn in a pass: start it, preempt for it, or (the first
     /// blocked one in a backfill pass) reserve for it. False: the pass is over.
+    // Out of line, as the other large steps of a pass (find_place,
+    // reserve, plan_preemption_with, the walk): the pass loop stays small
+    // (measured: fewer instructions than inlined).
+    #[inline(never)]
     pub(super) fn try_job(&mut self, j: u32, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> bool {
-        
         let allocated = self.jobs[j as usize].contract.is_allocated();
         if self.cfg.policy == PolicyKind::Baseline && allocated && !self.within_limit(j) {
             return true; // held by its team's limit (Slurm: pending, QOSGrpGRES); blocks no one
@@ -205,10 +237,11 @@ impl Engine<'_> {
     /// fit on free GPUs or be made room for by preemption; the jobs skipped
     /// would only fail (`try_job` would change nothing for them; had one
     /// ended the pass, no later job could have started either).
-    pub(super) fn next_that_might_start(&mut self, g: usize, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
-        let head = self.groups[g].first()?;
-        let may_preempt = self.jobs[head as usize].contract.is_allocated() && st.searches < self.cfg.preempt_max_job_test;
-        let mut bound = self.walk_bound(g, head, may_preempt, st, ranking);
+    #[inline(never)]
+    pub(super) fn next_that_might_start(&mut self, turn: &GroupTurn, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
+        let g = turn.group;
+        let may_preempt = turn.allocated && st.searches < self.cfg.preempt_max_job_test;
+        let mut bound = self.walk_bound(turn, may_preempt, st, ranking);
         if bound <= 1 {
             return None; // no job has fewer GPUs
         }
@@ -221,21 +254,23 @@ impl Engine<'_> {
         // a pass), and jobs `try_job` would do nothing for: they fit nowhere
         // free (`min_fail`, `min_fail_late`), and may not preempt, or a
         // smaller teammate found no room, or their last search failed in
-        // circumstances that still hold (the search's own first tests).
-        // Asked of the next job in order only, in the state it would be
-        // visited in: which teammate failed last can change during a pass.
-        // A chunk of jobs that would all be skipped is stepped over whole.
-        // A job whose search would end finding no node to make room on (one
-        // for a job of its row and size found none since the pass last
-        // placed a job) is skipped too, its failure remembered as the
-        // search would: the walk then goes on as it would after its turn.
-        let (leaf, priority) = (self.jobs[head as usize].leaf as usize, self.jobs[head as usize].contract.priority);
+        // circumstances that still hold, or fewer GPUs are free and to take
+        // than they need (the search's own first tests, which remember
+        // nothing). Asked of the next job in order only, in the state it
+        // would be visited in: which teammate failed last can change during
+        // a pass. A chunk of jobs that would all be skipped is stepped over
+        // whole. A job whose search would then find no node to make room on
+        // (one for a job of its row and size found none since the pass last
+        // placed a job) is skipped too, its failure remembered as the search
+        // would: the walk goes on as it would have after its turn, and the
+        // pass's outcome is the same as if every job had had its turn.
+        let (leaf, priority) = (turn.leaf, turn.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
         // Not when its turn would end the pass (nothing free, nothing to
         // take), nor around a reservation (a search there remembers nothing).
         let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist))
-            .then(|| self.same_leaf_possible(head));
+            .then(|| turn.same_leaf_possible(self));
         let last = cutoff.unwrap_or(u32::MAX);
         // Out of the engine for the walk, which may remember failures.
         let line = std::mem::take(&mut self.groups[g]);
@@ -274,6 +309,19 @@ impl Engine<'_> {
                 if !self.cfg.check_policy && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small) || self.search_failed_before(j, row, allot)) {
                     continue;
                 }
+                if !self.cfg.check_policy {
+                    // Too few GPUs free and to take: its search would stop
+                    // at once, remembering nothing.
+                    let (cross, _) = self.cross_victim_gpus_of_row(row, true, ranking);
+                    let other = self.nodes.free_total_for(self.may_use_all_nodes(j)) + cross;
+                    if other < size && {
+                        let waiting = allot::contract::Contract { min_runtime: w.min_runtime, priority };
+                        let same_gpus = if turn.same_leaf_possible(self) { self.same_leaf_gpus_for(leaf, &waiting) } else { 0 };
+                        other + same_gpus < size
+                    } {
+                        continue;
+                    }
+                }
                 let found_none = same.is_some_and(|same| self.known_no_candidates(self.no_candidates_key(row, self.may_use_all_nodes(j), same, size.min(self.g))));
                 if !found_none || (!allot && !self.within_limit(j)) {
                     // Its turn comes next (a job held by its limit does nothing).
@@ -281,7 +329,7 @@ impl Engine<'_> {
                     break 'chunks;
                 }
                 self.remember_failure(j, self.search_key(row, allot));
-                bound = self.walk_bound(g, head, may_preempt, st, ranking);
+                bound = self.walk_bound(turn, may_preempt, st, ranking);
                 if bound <= 1 {
                     break 'chunks;
                 }
@@ -293,26 +341,26 @@ impl Engine<'_> {
         best
     }
 
-    /// GPUs from which no job of group `g` (first job `head`) can start now:
+    /// GPUs from which no job of the group can start now:
     /// none fits on free GPUs, and (`may_preempt`) none could find room by
     /// preemption. The group's jobs share leaf and priority, not minimum
     /// runtimes: their teammates' GPUs are bounded by the most any of them
     /// may take.
-    fn walk_bound(&mut self, g: usize, head: u32, may_preempt: bool, st: &mut PassState, ranking: Option<&Ranking>) -> u32 {
+    fn walk_bound(&mut self, turn: &GroupTurn, may_preempt: bool, st: &mut PassState, ranking: Option<&Ranking>) -> u32 {
         let bound = st.min_fail[0].max(st.min_fail[1]);
         if !may_preempt {
             return bound;
         }
-        let leaf = self.jobs[head as usize].leaf as usize;
+        let (g, leaf) = (turn.group, turn.leaf);
         let mut room = match st.group_room {
             Some((cached, room)) if cached == g => room,
             _ => {
-                let room = self.room_of_group(head, leaf, ranking);
+                let room = self.room_of_group(turn.head, leaf, ranking);
                 st.group_room = Some((g, room));
                 room
             }
         };
-        if self.cfg.policy == PolicyKind::Allot && !self.same_leaf_possible(head) {
+        if self.cfg.policy == PolicyKind::Allot && !turn.same_leaf_possible(self) {
             // A smaller job of this leaf found no room this pass (a small
             // one: no job of the leaf may take more).
             let (stamp, fail_at, _, _, fail_small) = self.leaf_fail[leaf];
@@ -404,6 +452,7 @@ impl Engine<'_> {
     /// Free GPUs for a job of `held` GPUs ending at `end`: (node, GPUs)
     /// pairs. `all`: it may use the small-job nodes, and takes them first
     /// (Slurm: their lower node `Weight`), leaving the other nodes whole.
+    #[inline(never)]
     pub(super) fn find_place(&self, held: u32, end: i64, shadow: Option<&Shadow>, all: bool) -> Option<Vec<(u32, u32)>> {
         let ok = |n: u32, gpus: u32| self.nodes.usable(n, all) && shadow.is_none_or(|s| s.allows(n, gpus, end));
         if held <= self.g {
@@ -448,6 +497,7 @@ impl Engine<'_> {
     /// The earliest time and place `j` fits, from the expected releases
     /// (with `plan_with_protection_ends`, allot: a run `j` may preempt is
     /// released when its protection ends and its grace time is over).
+    #[inline(never)]
     pub(super) fn reserve(&mut self, j: u32, now: i64, ranking: Option<&Ranking>) -> Option<Shadow> {
         let held = self.jobs[j as usize].held;
         let g = self.g;

@@ -240,12 +240,18 @@ impl Engine<'_> {
         if any_guarantee {
             waiting.min_runtime = 0;
         }
+        self.same_leaf_gpus_for(job.leaf as usize, &waiting)
+    }
+
+    /// [`Self::same_leaf_gpus`] for a job of `leaf` with contract `waiting`,
+    /// once [`Self::same_leaf_possible`] holds for it.
+    pub(super) fn same_leaf_gpus_for(&self, leaf: usize, waiting: &Contract) -> u32 {
         // Rule 5 depends on the two contracts only: asked once per contract
         // the leaf's unprotected runs have.
         let mut gpus = 0;
-        for (level, counts) in [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High].into_iter().zip(&self.unprotected_by_contract[job.leaf as usize]) {
+        for (level, counts) in [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High].into_iter().zip(&self.unprotected_by_contract[leaf]) {
             for &(min_runtime, held) in counts {
-                if within_team(&Contract { min_runtime, priority: level }, &waiting).allowed() {
+                if within_team(&Contract { min_runtime, priority: level }, waiting).allowed() {
                     gpus += held;
                 }
             }
@@ -307,6 +313,7 @@ impl Engine<'_> {
         plan
     }
 
+    #[inline(never)]
     fn plan_preemption_with(
         &mut self,
         scratch: &mut PreemptScratch,
