@@ -328,10 +328,13 @@ impl Engine<'_> {
                     best = Some(j);
                     break 'chunks;
                 }
-                self.remember_failure(j, self.search_key(row, allot));
-                bound = self.walk_bound(turn, may_preempt, st, ranking);
-                if bound <= 1 {
-                    break 'chunks;
+                let contract = allot::contract::Contract { min_runtime: w.min_runtime, priority };
+                if self.remember_failure_of(j, leaf, size, contract, w.small, self.search_key(row, allot)) {
+                    // The leaf's smaller-job record bounds the walk.
+                    bound = self.walk_bound(turn, may_preempt, st, ranking);
+                    if bound <= 1 {
+                        break 'chunks;
+                    }
                 }
             }
             walk.position = walk.position.next_chunk();

@@ -279,16 +279,25 @@ impl Engine<'_> {
     /// and, with its key, for searching again (a failure that depended on
     /// a reservation has none: the next pass may have no reservation).
     pub(super) fn remember_failure(&mut self, j: u32, key: Option<SearchKey>) {
+        let small = self.is_small(j);
+        let job = &self.jobs[j as usize];
+        let (leaf, held, contract) = (job.leaf as usize, job.held, job.contract);
+        self.remember_failure_of(j, leaf, held, contract, small, key);
+    }
+
+    /// [`Self::remember_failure`] given the job's leaf, GPUs, contract and
+    /// whether it is small; whether its leaf's smaller-job record changed.
+    pub(super) fn remember_failure_of(&mut self, j: u32, leaf: usize, held: u32, contract: Contract, small: bool, key: Option<SearchKey>) -> bool {
         if key.is_some() {
             self.failed_search[j as usize] = key;
         }
-        let small = self.is_small(j);
-        let job = &self.jobs[j as usize];
-        let record = (self.passes, job.held, job.contract.priority, job.contract.min_runtime, small);
-        let e = &mut self.leaf_fail[job.leaf as usize];
-        if e.0 != record.0 || record.1 < e.1 {
+        let record = (self.passes, held, contract.priority, contract.min_runtime, small);
+        let e = &mut self.leaf_fail[leaf];
+        let changed = e.0 != record.0 || record.1 < e.1;
+        if changed {
             *e = record;
         }
+        changed
     }
 
     /// What a search for a job of preemption row `row` now depends on
