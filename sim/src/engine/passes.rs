@@ -328,8 +328,14 @@ impl Engine<'_> {
                     best = Some(j);
                     break 'chunks;
                 }
-                let contract = allot::contract::Contract { min_runtime: w.min_runtime, priority };
-                if self.remember_failure_of(j, leaf, size, contract, w.small, self.search_key(row, allot)) {
+                let key = self.search_key(row, allot);
+                // Allot: the group's leaf and priority are the job's (the
+                // baseline's groups mix leaves).
+                let changed = match allot {
+                    true => self.remember_failure_of(j, leaf, size, allot::contract::Contract { min_runtime: w.min_runtime, priority }, w.small, key),
+                    false => self.remember_failure(j, key),
+                };
+                if changed {
                     // The leaf's smaller-job record bounds the walk.
                     bound = self.walk_bound(turn, may_preempt, st, ranking);
                     if bound <= 1 {

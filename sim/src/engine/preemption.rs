@@ -278,11 +278,11 @@ impl Engine<'_> {
     /// A failed search for `j`: for its leaf's smaller-job test this pass
     /// and, with its key, for searching again (a failure that depended on
     /// a reservation has none: the next pass may have no reservation).
-    pub(super) fn remember_failure(&mut self, j: u32, key: Option<SearchKey>) {
+    pub(super) fn remember_failure(&mut self, j: u32, key: Option<SearchKey>) -> bool {
         let small = self.is_small(j);
         let job = &self.jobs[j as usize];
         let (leaf, held, contract) = (job.leaf as usize, job.held, job.contract);
-        self.remember_failure_of(j, leaf, held, contract, small, key);
+        self.remember_failure_of(j, leaf, held, contract, small, key)
     }
 
     /// [`Self::remember_failure`] given the job's leaf, GPUs, contract and
@@ -374,7 +374,9 @@ impl Engine<'_> {
         // on it is not remembered past this pass: the next may have none.
         let end = now + self.max_grace() + self.remaining(j);
         let reserved = |n: u32, gpus: u32| around.is_some_and(|s| !s.allows(n, gpus, end));
-        let fail = |this: &mut Self| this.remember_failure(j, around.is_none().then_some(key));
+        let fail = |this: &mut Self| {
+            this.remember_failure(j, around.is_none().then_some(key));
+        };
         let same = self.same_leaf_possible(j);
         // Nodes where free GPUs and this job's possible victims make room
         // (none if none were for a job of the same row, nodes and need
