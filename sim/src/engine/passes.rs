@@ -53,8 +53,17 @@ pub(super) struct GroupTurn {
 
 impl GroupTurn {
     fn of(engine: &Engine, group: usize, head: u32) -> GroupTurn {
-        let job = &engine.jobs[head as usize];
-        GroupTurn { group, head, allocated: job.contract.is_allocated(), leaf: job.leaf as usize, priority: job.contract.priority }
+        match engine.cfg.policy {
+            // Allot's groups are the policy's: their index says it all.
+            PolicyKind::Allot => {
+                let q = QueueGroup::at(group, engine.leaves);
+                GroupTurn { group, head, allocated: q.allocated, leaf: q.leaf as usize, priority: q.priority }
+            }
+            PolicyKind::Baseline => {
+                let job = &engine.jobs[head as usize];
+                GroupTurn { group, head, allocated: job.contract.is_allocated(), leaf: job.leaf as usize, priority: job.contract.priority }
+            }
+        }
     }
 
     /// [`Engine::same_leaf_possible`] for the group's jobs.
