@@ -525,7 +525,6 @@ impl Engine<'_> {
         let mut whole = std::mem::take(&mut self.reserve_whole);
         touched.clear();
         whole.clear();
-        let mut result = None;
         let planned: Option<Vec<(i64, u32)>> = match ranking {
             Some(r) if self.cfg.plan_with_protection_ends && self.jobs[j as usize].contract.is_allocated() => {
                 let waiting = self.waiting_view(j);
@@ -546,46 +545,67 @@ impl Engine<'_> {
             }
             _ => None,
         };
-        let releases: Box<dyn Iterator<Item = &(i64, u32)>> = match &planned {
-            Some(p) => Box::new(p.iter()),
-            None => Box::new(self.releases.iter()),
-        };
         // Add up what each release frees, node by node, until `j` fits: on
         // one node, or (more than a node's GPUs) on enough whole nodes.
-        let need = (held / g) as usize;
-        'scan: for &(t, v) in releases {
-            for &(n, mask) in &self.jobs[v as usize].alloc {
-                if !self.nodes.usable(n, all) {
-                    continue;
-                }
-                if self.extra[n as usize] == 0 {
-                    touched.push(n);
-                }
-                self.extra[n as usize] += mask.count_ones();
-                let free_then = self.nodes.free_on(n) + self.extra[n as usize];
-                if held <= g {
-                    if free_then >= held {
-                        result = Some(Shadow { time: t.max(now), slack: vec![(n, free_then - held)] });
-                        break 'scan;
-                    }
-                } else if free_then == g {
-                    whole.push(n);
-                    if whole.len() + self.nodes.whole_free_for(all) as usize >= need {
-                        // Reserve the nodes that free up, then wholly free ones.
-                        let mut nodes = whole.clone();
-                        nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(need - whole.len().min(need)));
-                        nodes.truncate(need);
-                        result = Some(Shadow { time: t.max(now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
-                        break 'scan;
-                    }
-                }
-            }
-        }
+        let mut scan = ReserveScan { held, g, all, now, need: (held / g) as usize, nodes: &self.nodes, jobs: &self.jobs, extra: &mut self.extra, touched: &mut touched, whole: &mut whole };
+        let result = match &planned {
+            Some(p) => scan.run(p.iter()),
+            None => scan.run(self.releases.iter()),
+        };
         for &n in &touched {
             self.extra[n as usize] = 0;
         }
         self.reserve_touched = touched;
         self.reserve_whole = whole;
         result
+    }
+}
+
+/// [`Engine::reserve`]'s scan of the expected releases, over either order
+/// of them (a generic loop: no boxed iterator in the hot path).
+struct ReserveScan<'a> {
+    held: u32,
+    g: u32,
+    all: bool,
+    now: i64,
+    /// Whole nodes needed (jobs of more than a node's GPUs).
+    need: usize,
+    nodes: &'a crate::cluster::Nodes,
+    jobs: &'a [super::JobRt],
+    extra: &'a mut Vec<u32>,
+    touched: &'a mut Vec<u32>,
+    whole: &'a mut Vec<u32>,
+}
+
+impl ReserveScan<'_> {
+    fn run<'r>(&mut self, releases: impl Iterator<Item = &'r (i64, u32)>) -> Option<Shadow> {
+        let (held, g, all) = (self.held, self.g, self.all);
+        for &(t, v) in releases {
+            for &(n, mask) in &self.jobs[v as usize].alloc {
+                if !self.nodes.usable(n, all) {
+                    continue;
+                }
+                if self.extra[n as usize] == 0 {
+                    self.touched.push(n);
+                }
+                self.extra[n as usize] += mask.count_ones();
+                let free_then = self.nodes.free_on(n) + self.extra[n as usize];
+                if held <= g {
+                    if free_then >= held {
+                        return Some(Shadow { time: t.max(self.now), slack: vec![(n, free_then - held)] });
+                    }
+                } else if free_then == g {
+                    self.whole.push(n);
+                    if self.whole.len() + self.nodes.whole_free_for(all) as usize >= self.need {
+                        // Reserve the nodes that free up, then wholly free ones.
+                        let mut nodes = self.whole.clone();
+                        nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all)).take(self.need - self.whole.len().min(self.need)));
+                        nodes.truncate(self.need);
+                        return Some(Shadow { time: t.max(self.now), slack: nodes.into_iter().map(|n| (n, 0)).collect() });
+                    }
+                }
+            }
+        }
+        None
     }
 }
