@@ -54,8 +54,18 @@ pub struct Ranking {
 const RATIO_SCALE: f64 = 1e9;
 
 fn ratio_key(ratio: f64) -> u64 {
-    // `as` saturates: an infinite ratio sorts last, NaN (never produced) first.
-    (ratio * RATIO_SCALE).round() as u64
+    // `(ratio * RATIO_SCALE).round() as u64`, without `round`'s library call
+    // (a pass ranks every node): truncate, then add one from a half up. The
+    // subtraction is exact below 2^53, and above it every f64 is whole.
+    // `as` saturates: an infinite ratio sorts last, NaN (never produced)
+    // and negatives first.
+    let scaled = ratio * RATIO_SCALE;
+    let whole = scaled as u64;
+    if whole != u64::MAX && scaled - whole as f64 >= 0.5 {
+        whole + 1
+    } else {
+        whole
+    }
 }
 
 impl Ranking {
@@ -264,6 +274,21 @@ impl Ranker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn ratio_key_rounds_as_round_does(ratio in prop_oneof![0.0f64..10.0, any::<f64>(), (0u64..4_000_000_000u64).prop_map(|n| n as f64 / 2e9)]) {
+            prop_assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {}", ratio);
+        }
+    }
+
+    #[test]
+    fn ratio_key_at_the_edges() {
+        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, 0.49999999999999994e-9, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0] {
+            assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {ratio}");
+        }
+    }
 
     const TREE: &str = r#"
 [cluster]
