@@ -33,6 +33,22 @@ pub(super) struct PreemptScratch {
     free_nodes: Vec<u32>,
 }
 
+/// What [`Engine::is_victim_by_books`] asks of the waiting job.
+struct VictimsOf {
+    leaf: usize,
+    row: usize,
+    /// [`Engine::same_leaf_possible`].
+    same_leaf: bool,
+    contract: Contract,
+}
+
+impl VictimsOf {
+    fn new(engine: &Engine, j: u32) -> VictimsOf {
+        let job = &engine.jobs[j as usize];
+        VictimsOf { leaf: job.leaf as usize, row: engine.row_of(j), same_leaf: engine.same_leaf_possible(j), contract: job.contract }
+    }
+}
+
 /// A way to place a job by preempting: nodes, and victims.
 pub(super) struct PreemptPlan {
     nodes: Vec<(u32, u32)>,
@@ -86,16 +102,19 @@ impl Engine<'_> {
     /// `allowed`, filled by `cross_victim_gpus` this pass), or unprotected in
     /// `j`'s own leaf with a contract rule 5 lets `j` take.
     pub(super) fn is_victim_by_books(&self, v: u32, j: u32) -> bool {
+        self.is_victim_by_books_for(v, &VictimsOf::new(self, j))
+    }
+
+    /// [`Self::is_victim_by_books`] with what it asks of the waiting job read once.
+    fn is_victim_by_books_for(&self, v: u32, of: &VictimsOf) -> bool {
         let victim = &self.jobs[v as usize];
-        let w = self.jobs[j as usize].leaf as usize;
-        let row = self.row_of(j);
         victim.status == Status::Running
             && (!victim.contract.is_allocated()
                 || (victim.unprotected
-                    && if victim.leaf as usize == w {
-                        self.same_leaf_possible(j) && within_team(&victim.contract, &self.jobs[j as usize].contract).allowed()
+                    && if victim.leaf as usize == of.leaf {
+                        of.same_leaf && within_team(&victim.contract, &of.contract).allowed()
                     } else {
-                        self.row_takes(row, victim.leaf as usize)
+                        self.row_takes(of.row, victim.leaf as usize)
                     }))
     }
 
@@ -413,13 +432,14 @@ impl Engine<'_> {
         *searches += 1;
         self.preempt_searches += 1;
         let (best, victims, taken) = (&mut scratch.best, &mut scratch.victims, &mut scratch.taken);
+        let of = VictimsOf::new(self, j);
         best.clear();
         taken.clear();
         for &n in candidates.iter() {
             victims.clear();
             let mut blocked = false;
             for &v in &self.on_node[n as usize] {
-                if self.is_victim_by_books(v, j) {
+                if self.is_victim_by_books_for(v, &of) {
                     victims.push((self.victim_key(v, ranking), v));
                 } else if whole {
                     blocked = true; // a whole node is needed and this job stays
