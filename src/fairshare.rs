@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn ratio_key_at_the_edges() {
-        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, 0.49999999999999994e-9, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0] {
+        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, (0.5e-9f64).next_down(), (2.5e-9f64).next_up(), f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0] {
             assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {ratio}");
         }
     }
