@@ -68,11 +68,7 @@ impl GroupTurn {
 
     /// [`Engine::same_leaf_possible`] for the group's jobs.
     fn same_leaf_possible(&self, engine: &Engine) -> bool {
-        engine.cfg.policy == PolicyKind::Allot
-            && engine.rules.within_team
-            && self.allocated
-            && self.priority > allot::contract::PriorityLevel::Low
-            && !engine.unprotected[self.leaf].is_empty()
+        engine.same_leaf_possible_in(self.leaf, self.allocated, self.priority)
     }
 }
 
@@ -276,10 +272,11 @@ impl Engine<'_> {
         let (leaf, priority) = (turn.leaf, turn.priority);
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
+        // Fixed for the walk: no run is preempted during it.
+        let same_possible = turn.same_leaf_possible(self);
         // Not when its turn would end the pass (nothing free, nothing to
         // take), nor around a reservation (a search there remembers nothing).
-        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist))
-            .then(|| turn.same_leaf_possible(self));
+        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist)).then_some(same_possible);
         let last = cutoff.unwrap_or(u32::MAX);
         // Out of the engine for the walk, which may remember failures.
         let line = std::mem::take(&mut self.groups[g]);
@@ -315,23 +312,24 @@ impl Engine<'_> {
                     continue;
                 }
                 let row = 2 * leaf + usize::from(w.small);
-                if !self.cfg.check_policy && (self.smaller_failed(leaf, size, priority, w.min_runtime, w.small) || self.search_failed_before(j, row, allot)) {
-                    continue;
-                }
+                let contract = allot::contract::Contract { min_runtime: w.min_runtime, priority };
+                let all = self.may_use_all_nodes(j);
                 if !self.cfg.check_policy {
+                    if self.smaller_failed(leaf, size, priority, w.min_runtime, w.small) || self.search_failed_before(j, row, allot) {
+                        continue;
+                    }
                     // Too few GPUs free and to take: its search would stop
                     // at once, remembering nothing.
                     let (cross, _) = self.cross_victim_gpus_of_row(row, true, ranking);
-                    let other = self.nodes.free_total_for(self.may_use_all_nodes(j)) + cross;
-                    if other < size && {
-                        let waiting = allot::contract::Contract { min_runtime: w.min_runtime, priority };
-                        let same_gpus = if turn.same_leaf_possible(self) { self.same_leaf_gpus_for(leaf, &waiting) } else { 0 };
-                        other + same_gpus < size
-                    } {
-                        continue;
+                    let other = self.nodes.free_total_for(all) + cross;
+                    if other < size {
+                        let same_gpus = if same_possible { self.same_leaf_gpus_for(leaf, &contract) } else { 0 };
+                        if other + same_gpus < size {
+                            continue;
+                        }
                     }
                 }
-                let found_none = same.is_some_and(|same| self.known_no_candidates(self.no_candidates_key(row, self.may_use_all_nodes(j), same, size.min(self.g))));
+                let found_none = same.is_some_and(|same| self.known_no_candidates(self.no_candidates_key(row, all, same, size.min(self.g))));
                 if !found_none || (!allot && !self.within_limit(j)) {
                     // Its turn comes next (a job held by its limit does nothing).
                     best = Some(j);
@@ -341,7 +339,7 @@ impl Engine<'_> {
                 // Allot: the group's leaf and priority are the job's (the
                 // baseline's groups mix leaves).
                 let changed = match allot {
-                    true => self.remember_failure_of(j, leaf, size, allot::contract::Contract { min_runtime: w.min_runtime, priority }, w.small, key),
+                    true => self.remember_failure_of(j, leaf, size, contract, w.small, key),
                     false => self.remember_failure(j, key),
                 };
                 if changed {

@@ -240,11 +240,13 @@ impl Engine<'_> {
     /// unprotected runs of its own leaf (a priority above low is needed).
     pub(super) fn same_leaf_possible(&self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
-        self.cfg.policy == PolicyKind::Allot
-            && self.rules.within_team
-            && job.contract.is_allocated()
-            && job.contract.priority > PriorityLevel::Low
-            && !self.unprotected[job.leaf as usize].is_empty()
+        self.same_leaf_possible_in(job.leaf as usize, job.contract.is_allocated(), job.contract.priority)
+    }
+
+    /// [`Self::same_leaf_possible`] for a job of `leaf`, allocated or not,
+    /// of declared `priority`.
+    pub(super) fn same_leaf_possible_in(&self, leaf: usize, allocated: bool, priority: PriorityLevel) -> bool {
+        self.cfg.policy == PolicyKind::Allot && self.rules.within_team && allocated && priority > PriorityLevel::Low && !self.unprotected[leaf].is_empty()
     }
 
     /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
