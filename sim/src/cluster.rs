@@ -365,4 +365,28 @@ mod tests {
         assert_eq!(n.free_on(1), 4);
         assert_eq!(n.with_free(4).collect::<Vec<_>>(), vec![1]);
     }
+
+    /// The bit-set queries of the preemption scan against a scan of every
+    /// node, across a word boundary and the small-job nodes' start.
+    #[test]
+    fn bit_set_queries_match_a_scan_of_the_nodes() {
+        let spec = ClusterSpec { nodes: 70, gpus_per_node: 8 };
+        let mut nodes = Nodes::with_small_job_nodes(spec, 5);
+        let mut reclaim = Buckets::new(spec.nodes, 8, 8);
+        for n in 0..spec.nodes {
+            nodes.take(n, (n * 7 + 3) % 9);
+            reclaim.set(n, (n * 5 + 1) % 9);
+        }
+        let words = reclaim.words();
+        assert_eq!(words, 2);
+        let set = |word_of: &dyn Fn(usize) -> u64| -> Vec<u32> { (0..spec.nodes).filter(|&n| word_of(n as usize / 64) >> (n % 64) & 1 == 1).collect() };
+        for gpus in 0..=9 {
+            for all in [false, true] {
+                let want: Vec<u32> = (0..spec.nodes).filter(|&n| nodes.usable(n, all) && nodes.free_on(n) < gpus).collect();
+                assert_eq!(set(&|w| nodes.with_fewer_free_than(gpus, all, w)), want, "fewer than {gpus} free, all {all}");
+            }
+            let want: Vec<u32> = (0..spec.nodes).filter(|&n| (n * 5 + 1) % 9 >= gpus).collect();
+            assert_eq!(set(&|w| reclaim.at_least(gpus, w)), want, "at least {gpus}");
+        }
+    }
 }
