@@ -7,7 +7,7 @@
 
 
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
@@ -21,6 +21,17 @@ const SHIPPED_PERIOD: u32 = 30;
 
 fn field_i64(job: &JobInfo, key: &str) -> i64 {
     job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))
+}
+
+/// Seconds of a Slurm duration (`RunTime=[D-]HH:MM:SS`).
+fn duration_secs(text: &str) -> Option<i64> {
+    let (days, clock) = match text.split_once('-') {
+        Some((d, rest)) => (d.parse::<i64>().ok()?, rest),
+        None => (0, text),
+    };
+    let parts: Vec<i64> = clock.split(':').map(str::parse).collect::<Result<_, _>>().ok()?;
+    let [h, m, s] = parts[..] else { return None };
+    Some(((days * 24 + h) * 60 + m) * 60 + s)
 }
 
 /// GPUs a job asked for, from Slurm's record (`TresPerNode=gres:gpu:N`, one node).
@@ -340,6 +351,18 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
     let requeued: Vec<u32> = (0..3).map(|_| c.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=10s", "--requeue", &sleep_job(20)]).unwrap()).collect();
     jobs.extend(&requeued);
     let mut requeue_ends: HashMap<u32, (i64, i64)> = HashMap::new();
+    // Every run start seen in Slurm's records while the run was on: Slurm
+    // may requeue a job by itself (24.11 does, now and then, for a job whose
+    // launch straddled the controller restart), and the epilog's record of
+    // such a run holds only its end.
+    let mut seen_starts: HashMap<u32, BTreeSet<i64>> = HashMap::new();
+    let see_starts = |seen: &mut HashMap<u32, BTreeSet<i64>>| {
+        for j in c.jobs_epoch() {
+            if j.state() == "RUNNING" {
+                seen.entry(j.id).or_default().insert(field_i64(&j, "StartTime"));
+            }
+        }
+    };
     // Short jobs, 1 to 5 s.
     for i in 0..20u32 {
         let user = ["alice", "bob", "dave"][i as usize % 3];
@@ -364,28 +387,55 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
             }
         }
         if i == 14 {
+            see_starts(&mut seen_starts);
             c.restart_slurmctld();
         }
+        see_starts(&mut seen_starts);
         std::thread::sleep(std::time::Duration::from_millis(700));
     }
-    c.wait_for("every job ends", secs(180), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    c.wait_for("every job ends", secs(180), || {
+        see_starts(&mut seen_starts);
+        jobs.iter().all(|&j| c.job(j).state() == "COMPLETED")
+    });
+    // Runs per job, from Slurm's final record: its restarts (ours and Slurm's), plus one.
+    let runs_of: HashMap<u32, usize> = jobs.iter().map(|&j| (j, c.job(j).restarts() as usize + 1)).collect();
 
     // Slurm's runs: (job, start) -> (end, GPUs), once the epilogs have run.
     let mut slurm: BTreeMap<(u32, i64), (i64, i64)> = BTreeMap::new();
+    // A run Slurm requeued by itself: (job, its end, GPUs).
+    let mut requeued_by_slurm: Vec<(u32, i64, i64)> = Vec::new();
     c.wait_for("Slurm's record of every run end", secs(30), || {
-        // A requeued run's epilog sees the job pending again (start and end
-        // cleared or estimated): those runs come from the requeue itself.
-        slurm = c
-            .run_ends()
-            .iter()
-            .filter(|j| jobs.contains(&j.id) && j.state() != "PENDING")
-            .filter_map(|j| Some(((j.id, j.get("StartTime").parse().ok()?), (j.get("EndTime").parse().ok()?, gpus_of(j)))))
-            .collect();
+        slurm.clear();
+        requeued_by_slurm.clear();
+        for j in c.run_ends().iter().filter(|j| jobs.contains(&j.id)) {
+            let (Ok(start), Ok(end)) = (j.get("StartTime").parse::<i64>(), j.get("EndTime").parse::<i64>()) else { continue };
+            if j.state() == "PENDING" {
+                // The epilog of a run we requeued sees the job pending
+                // again (start and end cleared or estimated): those runs
+                // come from the requeue itself, below.
+                continue;
+            }
+            if duration_secs(j.get("RunTime")) == Some(0) && end > start {
+                // Requeued by Slurm at the run's end: the record's start is
+                // the second of the requeue, its end an estimate.
+                requeued_by_slurm.push((j.id, start, gpus_of(j)));
+            } else {
+                slurm.insert((j.id, start), (end, gpus_of(j)));
+            }
+        }
         for (&j, &(start, end)) in &requeue_ends {
             slurm.insert((j, start), (end, 4));
         }
-        jobs.iter().all(|j| slurm.keys().filter(|(id, _)| id == j).count() == if requeued.contains(j) { 2 } else { 1 })
+        jobs.iter().all(|j| slurm.keys().filter(|(id, _)| id == j).count() + requeued_by_slurm.iter().filter(|(id, ..)| id == j).count() == runs_of[j])
     });
+    // Each run Slurm requeued began at the latest start seen before its end
+    // that no other run of the job has.
+    for &(j, end, gpus) in &requeued_by_slurm {
+        let start = seen_starts.get(&j).and_then(|s| s.iter().rev().find(|&&s| s <= end && !slurm.contains_key(&(j, s))).copied());
+        let start = start.unwrap_or_else(|| panic!("job {j}: Slurm requeued a run ending at {end}, but no start of it was seen (starts seen: {:?})", seen_starts.get(&j)));
+        eprintln!("job {j}: Slurm requeued its run {start}..{end} by itself");
+        slurm.insert((j, start), (end, gpus));
+    }
     let mut wanted: HashMap<u32, usize> = HashMap::new();
     for (job, _) in slurm.keys() {
         *wanted.entry(*job).or_default() += 1;
