@@ -60,6 +60,12 @@ fn ratio_key(ratio: f64) -> u64 {
     // `as` saturates: an infinite ratio sorts last, NaN (never produced)
     // and negatives first.
     let scaled = ratio * RATIO_SCALE;
+    // Below 2^63 a signed conversion (one instruction; the unsigned one
+    // branches) gives the same whole part.
+    if (0.0..9_223_372_036_854_775_808.0).contains(&scaled) {
+        let whole = scaled as i64;
+        return whole as u64 + u64::from(scaled - whole as f64 >= 0.5);
+    }
     let whole = scaled as u64;
     if whole != u64::MAX && scaled - whole as f64 >= 0.5 {
         whole + 1
@@ -122,6 +128,15 @@ impl Ranking {
     }
 }
 
+/// The part of a ranking that follows from the sibling orders alone.
+#[derive(Debug, Clone, Default)]
+struct SiblingOrders {
+    sibling_rank: Vec<u32>,
+    siblings: Vec<u32>,
+    leaves_in_order: Vec<LeafId>,
+    leaf_rank: Vec<u32>,
+}
+
 /// Ranks one tree again and again (a scheduler ranks at every pass): what
 /// does not change between rankings (the tree's shape, each node's tie
 /// order among its siblings) is worked out once, and the buffers are kept.
@@ -147,6 +162,13 @@ pub struct Ranker {
     usage: Vec<i64>,
     key: Vec<u128>,
     stack: Vec<NodeId>,
+    /// Each node's allocation in GPU-seconds, for `allocation_of` GPUs.
+    allocation: Vec<f64>,
+    allocation_of: Option<u32>,
+    /// What the last ranking's sibling orders gave (`None` before the
+    /// first): each node's rank and sibling count, the leaves in order and
+    /// their ranks. Orders seldom change, so they are kept, not walked again.
+    orders: Option<SiblingOrders>,
 }
 
 impl Ranker {
@@ -183,6 +205,9 @@ impl Ranker {
             usage: vec![0; n],
             key: vec![0; n],
             stack: Vec::with_capacity(n),
+            allocation: vec![0.0; n],
+            allocation_of: None,
+            orders: None,
         }
     }
 
@@ -208,7 +233,13 @@ impl Ranker {
     /// earlier ranking, of this tree or another).
     pub fn rank_into(&mut self, charged: &[i64], capacity_gpus: u32, now: UnixTime, out: &mut Ranking) {
         let n = self.parent.len();
-        let capacity = capacity_gpus.max(1) as f64 * self.lookback.max(1) as f64;
+        if self.allocation_of != Some(capacity_gpus) {
+            let capacity = capacity_gpus.max(1) as f64 * self.lookback.max(1) as f64;
+            for (a, share) in self.allocation.iter_mut().zip(&self.effective_share) {
+                *a = share * capacity;
+            }
+            self.allocation_of = Some(capacity_gpus);
+        }
         self.usage.iter_mut().for_each(|u| *u = 0);
         for (leaf, &node) in self.leaf_node.iter().enumerate() {
             self.usage[node as usize] = charged.get(leaf).copied().unwrap_or(0);
@@ -221,17 +252,19 @@ impl Ranker {
         out.standings.resize(n, Standing { usage: 0, allocation: 0.0, ratio: 0.0, sibling_rank: 0, siblings: 1 });
         out.standings.truncate(n);
         for (id, standing) in out.standings.iter_mut().enumerate() {
-            let allocation = self.effective_share[id] * capacity;
+            let allocation = self.allocation[id];
             let usage = self.usage[id];
             let ratio = if usage == 0 { 0.0 } else { usage as f64 / allocation };
             // The ratio, then the tie order: a total order among siblings.
             self.key[id] = (u128::from(ratio_key(ratio)) << 32) | u128::from(self.tie[id]);
-            // The root's rank and count stay 0 and 1; every other node's are set below.
-            *standing = Standing { usage, allocation, ratio, sibling_rank: 0, siblings: 1 };
+            standing.usage = usage;
+            standing.allocation = allocation;
+            standing.ratio = ratio;
         }
         // Order siblings (ratio, then the tie order: a total order, so the
-        // result does not depend on the previous ranking's order), then walk
-        // depth-first.
+        // result does not depend on the previous ranking's order).
+        let mut orders = self.orders.take();
+        let mut changed = orders.is_none();
         for &id in &self.inner {
             let id = id as usize;
             let kids = &mut self.children[self.child_start[id]..self.child_start[id + 1]];
@@ -240,27 +273,47 @@ impl Ranker {
             // Orders seldom change from one ranking to the next.
             if !kids.is_sorted_by_key(order) {
                 kids.sort_unstable_by_key(order);
-            }
-            let count = kids.len() as u32;
-            for (rank, &k) in kids.iter().enumerate() {
-                out.standings[k as usize].sibling_rank = rank as u32;
-                out.standings[k as usize].siblings = count;
+                changed = true;
             }
         }
-        out.leaves_in_order.clear();
-        self.stack.clear();
-        self.stack.push(0);
-        while let Some(id) = self.stack.pop() {
-            if let Some(leaf) = self.node_leaf[id as usize] {
-                out.leaves_in_order.push(leaf);
+        if changed {
+            let o = orders.get_or_insert_with(SiblingOrders::default);
+            // The root's rank and count stay 0 and 1; every other node's are set here.
+            o.sibling_rank.clear();
+            o.sibling_rank.resize(n, 0);
+            o.siblings.clear();
+            o.siblings.resize(n, 1);
+            for &id in &self.inner {
+                let kids = &self.children[self.child_start[id as usize]..self.child_start[id as usize + 1]];
+                for (rank, &k) in kids.iter().enumerate() {
+                    o.sibling_rank[k as usize] = rank as u32;
+                    o.siblings[k as usize] = kids.len() as u32;
+                }
             }
-            self.stack.extend(self.children[self.child_start[id as usize]..self.child_start[id as usize + 1]].iter().rev());
+            // Depth-first, best sibling first.
+            o.leaves_in_order.clear();
+            self.stack.clear();
+            self.stack.push(0);
+            while let Some(id) = self.stack.pop() {
+                if let Some(leaf) = self.node_leaf[id as usize] {
+                    o.leaves_in_order.push(leaf);
+                }
+                self.stack.extend(self.children[self.child_start[id as usize]..self.child_start[id as usize + 1]].iter().rev());
+            }
+            o.leaf_rank.clear();
+            o.leaf_rank.resize(self.leaf_node.len(), 0);
+            for (rank, &leaf) in o.leaves_in_order.iter().enumerate() {
+                o.leaf_rank[leaf as usize] = rank as u32;
+            }
         }
-        out.leaf_rank.clear();
-        out.leaf_rank.resize(self.leaf_node.len(), 0);
-        for (rank, &leaf) in out.leaves_in_order.iter().enumerate() {
-            out.leaf_rank[leaf as usize] = rank as u32;
+        let o = orders.as_ref().expect("set above when missing");
+        for ((standing, &rank), &count) in out.standings.iter_mut().zip(&o.sibling_rank).zip(&o.siblings) {
+            standing.sibling_rank = rank;
+            standing.siblings = count;
         }
+        out.leaves_in_order.clone_from(&o.leaves_in_order);
+        out.leaf_rank.clone_from(&o.leaf_rank);
+        self.orders = orders;
         out.now = now;
         out.capacity_gpus = capacity_gpus;
         out.lookback = self.lookback;
@@ -285,7 +338,9 @@ mod tests {
 
     #[test]
     fn ratio_key_at_the_edges() {
-        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, (0.5e-9f64).next_down(), (2.5e-9f64).next_up(), f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0] {
+        // Where the fast path (a signed conversion) hands over: 2^63, scaled.
+        let two_63 = 2f64.powi(63) / RATIO_SCALE;
+        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, (0.5e-9f64).next_down(), (2.5e-9f64).next_up(), f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0, two_63, two_63.next_down(), two_63.next_up(), 2f64.powi(64) / RATIO_SCALE] {
             assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {ratio}");
         }
     }
