@@ -7,6 +7,7 @@ use allot::order::{order_jobs, PendingJob, QueueGroup};
 use allot::preempt::may_preempt_with;
 
 use super::waiting::{ChunkSummary, Position};
+use super::preemption::SmallerFailed;
 use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
@@ -278,6 +279,11 @@ impl Engine<'_> {
         // take), nor around a reservation (a search there remembers nothing).
         let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist)).then_some(same_possible);
         let last = cutoff.unwrap_or(u32::MAX);
+        // Read again whenever the walk changes the leaf's record.
+        let mut smaller = self.smaller_failed_test(leaf, priority);
+        // Other leaves' GPUs each row may take: nothing starts or ends
+        // during the walk, so asked once per row.
+        let mut cross_of_row: [Option<u32>; 2] = [None; 2];
         // Out of the engine for the walk, which may remember failures.
         let line = std::mem::take(&mut self.groups[g]);
         let mut best = None;
@@ -290,7 +296,7 @@ impl Engine<'_> {
                 Some(w) if w.job > last => break,
                 Some(_) => {}
             }
-            if walk.position.at_chunk_start() && self.skips_chunk(summary, bound, leaf, priority, may_preempt, st) {
+            if walk.position.at_chunk_start() && self.skips_chunk(summary, bound, &smaller, may_preempt, st) {
                 walk.position = walk.position.next_chunk();
                 continue;
             }
@@ -315,12 +321,15 @@ impl Engine<'_> {
                 let contract = allot::contract::Contract { min_runtime: w.min_runtime, priority };
                 let all = self.may_use_all_nodes(j);
                 if !self.cfg.check_policy {
-                    if self.smaller_failed(leaf, size, priority, w.min_runtime, w.small) || self.search_failed_before(j, row, allot) {
+                    if smaller.holds(size, w.min_runtime, w.small) || self.search_failed_before(j, row, allot) {
                         continue;
                     }
                     // Too few GPUs free and to take: its search would stop
                     // at once, remembering nothing.
-                    let (cross, _) = self.cross_victim_gpus_of_row(row, true, ranking);
+                    let cross = match cross_of_row[usize::from(w.small)] {
+                        Some(gpus) => gpus,
+                        None => *cross_of_row[usize::from(w.small)].insert(self.cross_victim_gpus_of_row(row, true, ranking).0),
+                    };
                     let other = self.nodes.free_total_for(all) + cross;
                     if other < size {
                         let same_gpus = if same_possible { self.same_leaf_gpus_for(leaf, &contract) } else { 0 };
@@ -344,6 +353,7 @@ impl Engine<'_> {
                 };
                 if changed {
                     // The leaf's smaller-job record bounds the walk.
+                    smaller = self.smaller_failed_test(leaf, priority);
                     bound = self.walk_bound(turn, may_preempt, st, ranking);
                     if bound <= 1 {
                         break 'chunks;
@@ -408,10 +418,9 @@ impl Engine<'_> {
     /// Whether every job of a chunk would be skipped by the walk: the
     /// per-job tests that are monotone in GPUs and minimum runtime, asked
     /// of the chunk's least (a removed job is skipped anyway).
-    fn skips_chunk(&self, chunk: &ChunkSummary, bound: u32, leaf: usize, priority: allot::contract::PriorityLevel, may_preempt: bool, st: &PassState) -> bool {
+    fn skips_chunk(&self, chunk: &ChunkSummary, bound: u32, smaller: &SmallerFailed, may_preempt: bool, st: &PassState) -> bool {
         chunk.min_held >= bound
-            || (chunk.min_held >= st.min_fail[1]
-                && (!may_preempt || (!self.cfg.check_policy && self.smaller_failed(leaf, chunk.min_held, priority, chunk.min_runtime, chunk.any_small))))
+            || (chunk.min_held >= st.min_fail[1] && (!may_preempt || (!self.cfg.check_policy && smaller.holds(chunk.min_held, chunk.min_runtime, chunk.any_small))))
     }
 
     /// Non-empty groups, first to be served first. For allot, the groups'

@@ -11,12 +11,38 @@ use super::events::EventKind;
 use super::passes::Shadow;
 use super::{Engine, PolicyKind, Status};
 
-/// What a failed preemption search depended on: while both stay the
-/// same, searching again cannot succeed.
+/// What a failed preemption search depended on (the engine's room growth
+/// and the signature of the leaves it may take from): while both stay the
+/// same, searching again cannot succeed. Kept as one 64-bit hash, so the
+/// per-job record is small: the signature already is a 64-bit hash, and
+/// for one signature distinct growths give distinct keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct SearchKey {
-    growth: u64,
-    allowed: u64,
+pub(super) struct SearchKey(std::num::NonZeroU64);
+
+impl SearchKey {
+    fn new(growth: u64, allowed: u64) -> SearchKey {
+        // Multiplying by an odd constant is one-to-one.
+        let key = allowed ^ growth.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        SearchKey(std::num::NonZeroU64::new(key).unwrap_or(std::num::NonZeroU64::MIN))
+    }
+}
+
+/// [`Engine::smaller_failed`] for one leaf and priority: which of its
+/// jobs a smaller teammate's failed search rules out this pass.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SmallerFailed {
+    /// A smaller teammate failed this pass, with no fewer possible victims.
+    active: bool,
+    from_gpus: u32,
+    from_min_runtime: i64,
+    /// Small jobs too (the one that failed was small: no job of the leaf may take more).
+    small_too: bool,
+}
+
+impl SmallerFailed {
+    pub(super) fn holds(&self, held: u32, min_runtime: i64, small: bool) -> bool {
+        self.active && held >= self.from_gpus && min_runtime >= self.from_min_runtime && (self.small_too || !small)
+    }
 }
 
 /// Buffers of [`Engine::plan_preemption`], reused so that a search
@@ -285,8 +311,18 @@ impl Engine<'_> {
     /// of its leaf, with no fewer possible victims, found none this pass
     /// (room only shrinks during a pass).
     pub(super) fn smaller_failed(&self, w: usize, held: u32, prio: PriorityLevel, minrt: i64, small: bool) -> bool {
+        self.smaller_failed_test(w, prio).holds(held, minrt, small)
+    }
+
+    /// [`Self::smaller_failed`] for the jobs of leaf `w` and priority
+    /// `prio`, read once (it holds until the leaf's record changes).
+    pub(super) fn smaller_failed_test(&self, w: usize, prio: PriorityLevel) -> SmallerFailed {
         let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
-        stamp == self.passes && held >= fail_at && (!self.rules.within_team || (prio <= fail_prio && minrt >= fail_minrt)) && (fail_small || !small)
+        let within_team = self.rules.within_team;
+        if stamp != self.passes || (within_team && prio > fail_prio) {
+            return SmallerFailed { active: false, from_gpus: 0, from_min_runtime: 0, small_too: false };
+        }
+        SmallerFailed { active: true, from_gpus: fail_at, from_min_runtime: if within_team { fail_minrt } else { i64::MIN }, small_too: fail_small }
     }
 
     /// Whether the last preemption search of `j` (of preemption row `row`)
@@ -329,7 +365,7 @@ impl Engine<'_> {
             true if self.victim_gpus_cache[row].0 == self.passes => self.victim_gpus_cache[row].1,
             true => return None,
         };
-        Some(SearchKey { growth: self.growth, allowed })
+        Some(SearchKey::new(self.growth, allowed))
     }
 
     /// Finds nodes and victims that make room for `j`, or `None`.
@@ -382,7 +418,7 @@ impl Engine<'_> {
         let whole = held > g;
         let need = held.min(g);
         let nodes_needed = if whole { (held / g) as usize } else { 1 };
-        let key = SearchKey { growth: self.growth, allowed: sig };
+        let key = SearchKey::new(self.growth, sig);
         if self.failed_search[j as usize] == Some(key) {
             return None; // nothing that could help has changed since the last search failed
         }
