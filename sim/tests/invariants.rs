@@ -44,6 +44,20 @@ fn generated_workloads_keep_every_invariant_under_both_policies() {
     assert!(preemptions.iter().all(|&p| p > 0), "the scenarios should exercise preemption under both policies: {preemptions:?}");
 }
 
+/// Beyond 64 leaves the engine keeps each row's victim leaves as a list,
+/// not as bits: the same checks on that path.
+#[test]
+fn more_than_64_teams_keep_every_invariant() {
+    let cluster = ClusterSpec { nodes: 12, gpus_per_node: 8 };
+    let s = scenario(&ScenarioParams { cluster, days: 2.0, teams: 70, load: 1.5, seed: 3 });
+    let tree = BudgetTree::parse(&s.budget_toml).unwrap();
+    assert!(tree.leaves.len() > 64, "{} leaves", tree.leaves.len());
+    let mut cfg = Config::new(cluster, tree, PolicyKind::Allot);
+    cfg.check_policy = true;
+    let sim = run_checked(&s.workload, &cfg);
+    assert!(sim.report.preemptions > 0, "the scenario should exercise preemption");
+}
+
 fn philly() -> Workload {
     let path = std::env::var_os("ALLOT_PHILLY_TRACE")
         .map(PathBuf::from)

@@ -421,7 +421,8 @@ pub(crate) struct Engine<'a> {
     /// room free into one that needs preemption).
     placements: u64,
     /// Per preemption row (waiting leaf, small or not: `row_of`): the leaves
-    /// whose unprotected runs its jobs may take (this pass).
+    /// whose unprotected runs its jobs may take (this pass; beyond 64
+    /// leaves, else `allowed_bits`).
     allowed_list: Vec<Vec<u32>>,
     /// The same as bits (leaf v: bit v), when there are at most 64 leaves.
     allowed_bits: Vec<u64>,
@@ -446,7 +447,7 @@ pub(crate) struct Engine<'a> {
     passes: u64,
     preempt_searches: u64,
     // Per-pass caches (stamped with the pass number).
-    /// Per preemption row: (pass, signature of `allowed_list`) when last computed.
+    /// Per preemption row: (pass, signature of its allowed leaves) when last computed.
     victim_gpus_cache: Vec<(u64, u64)>,
     /// `allowed[row * leaves + v]`: jobs of preemption row `row` may take
     /// leaf `v`'s unprotected runs (this pass, for the rows `cross_victim_gpus`

@@ -14,8 +14,9 @@ use super::{Engine, PolicyKind, Status};
 /// What a failed preemption search depended on (the engine's room growth
 /// and the signature of the leaves it may take from): while both stay the
 /// same, searching again cannot succeed. Kept as one 64-bit hash, so the
-/// per-job record is small: the signature already is a 64-bit hash, and
-/// for one signature distinct growths give distinct keys.
+/// per-job record is small: for one signature distinct growths give
+/// distinct keys, and signatures are themselves 64 bits (the set of leaves
+/// as bits, or beyond 64 leaves a hash of it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct SearchKey(std::num::NonZeroU64);
 
@@ -175,16 +176,13 @@ impl Engine<'_> {
         if self.victim_gpus_cache[row].0 == self.passes {
             // Which leaves is fixed for the pass (the ranking is); how many
             // of their GPUs are still running is not.
-            let gpus = self.free_for_all_gpus + self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>();
+            let gpus = self.free_for_all_gpus
+                + if self.leaves <= 64 { self.unprotected_gpus_of(self.allowed_bits[row]) } else { self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>() };
             return (gpus, self.victim_gpus_cache[row].1);
         }
         let (w, small) = (row / 2, row % 2 == 1);
         // The margin of rule 4: none for small jobs.
         let margin = if small { 0.0 } else { r.preempt_margin };
-        let mut gpus = self.free_for_all_gpus;
-        let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
-        let mut list = std::mem::take(&mut self.allowed_list[row]);
-        list.clear();
         let outranking = self.outranking.get_or_insert_with(|| Outranking::new(r));
         // Unprotected allocated runs of leaf v: the policy's answer for them
         // depends only on the two leaves and the margin.
@@ -193,37 +191,41 @@ impl Engine<'_> {
             true => outranking.allowed_mask(w as LeafId, r, margin),
             false => Some(0),
         };
-        let bits = match mask {
-            // At most 64 leaves: only the allowed leaves with unprotected runs are visited.
-            Some(m) => {
-                let bits = m & self.unprotected_leaves;
-                let mut rest = bits;
-                while rest != 0 {
-                    let v = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    gpus += self.unprotected_gpus[v];
-                    sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
-                    list.push(v as u32);
-                }
-                bits
+        if let Some(m) = mask {
+            // At most 64 leaves: the allowed leaves with unprotected runs,
+            // as bits, are their own signature.
+            let bits = m & self.unprotected_leaves;
+            self.allowed_bits[row] = bits;
+            self.victim_gpus_cache[row] = (self.passes, bits);
+            return (self.free_for_all_gpus + self.unprotected_gpus_of(bits), bits);
+        }
+        let mut gpus = self.free_for_all_gpus;
+        let mut sig: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut list = std::mem::take(&mut self.allowed_list[row]);
+        list.clear();
+        for v in 0..self.leaves {
+            let allowed = allocated && !self.unprotected[v].is_empty() && outranking.allowed(v as LeafId, w as LeafId, r, margin);
+            self.allowed[row * self.leaves + v] = allowed;
+            if allowed {
+                gpus += self.unprotected_gpus[v];
+                sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
+                list.push(v as u32);
             }
-            None => {
-                for v in 0..self.leaves {
-                    let allowed = allocated && !self.unprotected[v].is_empty() && outranking.allowed(v as LeafId, w as LeafId, r, margin);
-                    self.allowed[row * self.leaves + v] = allowed;
-                    if allowed {
-                        gpus += self.unprotected_gpus[v];
-                        sig = (sig ^ v as u64).wrapping_mul(0x100_0000_01b3);
-                        list.push(v as u32);
-                    }
-                }
-                0
-            }
-        };
+        }
         self.allowed_list[row] = list;
-        self.allowed_bits[row] = bits;
+        self.allowed_bits[row] = 0;
         self.victim_gpus_cache[row] = (self.passes, sig);
         (gpus, sig)
+    }
+
+    /// Unprotected GPUs of the leaves in `bits` (at most 64 leaves).
+    fn unprotected_gpus_of(&self, mut bits: u64) -> u32 {
+        let mut gpus = 0;
+        while bits != 0 {
+            gpus += self.unprotected_gpus[bits.trailing_zeros() as usize];
+            bits &= bits - 1;
+        }
+        gpus
     }
 
     /// Whether jobs of preemption row `row` may take leaf `v`'s unprotected
