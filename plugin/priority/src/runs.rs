@@ -156,20 +156,26 @@ impl RunBook {
             return;
         }
         // Never seen running: charge it from the record. A job that never
-        // started (cancelled while pending) has no start, or no GPUs.
-        let start = e.run_start.max(self.last_end.get(&e.job_id).copied().unwrap_or(i64::MIN));
-        if e.run_start <= 0 || e.run_end <= start || e.gpus == 0 {
+        // started (cancelled while pending) has no start, or no GPUs. A run
+        // that started and ended within one second (preempted at once) is
+        // still one of Slurm's runs: it is kept, charged nothing. A report
+        // of what an earlier run of the job already covers is not.
+        let last_end = self.last_end.get(&e.job_id).copied();
+        if e.run_start <= 0 || e.gpus == 0 || e.run_end < e.run_start || last_end.is_some_and(|last| e.run_end <= last) {
             return;
         }
+        let start = e.run_start.max(last_end.unwrap_or(i64::MIN));
         // A run suspended and resumed ran `ran_before_resume` seconds before
         // its last suspension, then from the resume on: suspended time is
         // not GPU time used.
-        let stretches = match e.resumed_at {
-            Some(resume) if resume > start && resume <= e.run_end => vec![(start, (start + e.ran_before_resume.max(0)).min(resume)), (resume, e.run_end)],
+        let stretches: Vec<(i64, i64)> = match e.resumed_at {
+            Some(resume) if resume > start && resume <= e.run_end => {
+                [(start, (start + e.ran_before_resume.max(0)).min(resume)), (resume, e.run_end)].into_iter().filter(|(from, to)| to > from).collect()
+            }
             _ => vec![(start, e.run_end)],
         };
         let leaf = leaf_in(tree, e.leaf.as_deref());
-        for (from, to) in stretches.into_iter().filter(|(from, to)| to > from) {
+        for (from, to) in stretches {
             let row = RunRow {
                 job_id: e.job_id,
                 run_start: from,
@@ -357,6 +363,23 @@ mod tests {
         assert_eq!(charged(&book, 130), vec![2 * 13 + 2 * 2, 8 * 2]);
         let reasons: Vec<_> = book.closed.iter().map(|r| (r.row.job_id, r.row.run_start, r.row.end_reason.clone().unwrap())).collect();
         assert_eq!(reasons, vec![(1, 90, "preempted".into()), (2, 104, "completed".into()), (1, 115, "completed".into())]);
+    }
+
+    #[test]
+    fn a_run_preempted_within_its_first_second_is_kept_and_charged_nothing() {
+        let t = tree();
+        let mut book = RunBook::default();
+        // Started at 140 and preempted in the same second, between two
+        // walks (Slurm's records hold it as a run of 0 s); restarted at 155.
+        book.run_ended(ended(1, 140, 140, 8, "a", "preempted"), &t);
+        book.run_ended(ended(1, 155, 180, 8, "a", "completed"), &t);
+        // The same reports again change nothing.
+        book.run_ended(ended(1, 140, 140, 8, "a", "preempted"), &t);
+        book.run_ended(ended(1, 155, 180, 8, "a", "completed"), &t);
+        let runs: Vec<_> = book.closed.iter().map(|r| (r.row.run_start, r.row.run_end, r.row.end_reason.clone().unwrap())).collect();
+        assert_eq!(runs, vec![(140, Some(140), "preempted".into()), (155, Some(180), "completed".into())]);
+        assert_eq!(book.unwritten().len(), 2);
+        assert_eq!(charged(&book, 200), vec![8 * 25, 0]);
     }
 
     #[test]
