@@ -2,7 +2,8 @@
 //!
 //! The one durable truth of allot, in SQLite: every budget version ever
 //! synced (append-only), every job run's occupancy interval, each job's
-//! contract, and the latest usage snapshot the plugins ranked by.
+//! contract, each leaf's demand over time, and the latest usage snapshot
+//! the plugins ranked by.
 //!
 //! - **Writers** (the `allot` CLI for budgets, the priority plugin for runs,
 //!   contracts and snapshots) open with [`Ledger::open`]; it applies schema
@@ -27,7 +28,7 @@ mod runs;
 mod snapshot;
 
 pub use budgets::{BudgetVersion, Replaced, SyncOutcome};
-pub use runs::{ContractRow, EventRow, Period, RunRow, RunUpdate};
+pub use runs::{ContractRow, DemandRow, EventRow, JobEnd, Period, RunRow, RunUpdate};
 pub use snapshot::{LeafUsage, UsageSnapshot};
 
 /// What can go wrong with the ledger.
@@ -149,6 +150,24 @@ const MIGRATIONS: &[&str] = &[
         id TEXT NOT NULL
     ) STRICT;
     INSERT INTO ledger_identity (id) VALUES (lower(hex(randomblob(16))));
+    "#,
+    // 3: what `allot report` needs beside the runs: each leaf's demand over
+    // time (what it is owed is computed from it), and each job's GPUs and
+    // the time it left the queue for good.
+    r#"
+    ALTER TABLE contracts ADD COLUMN gpus INTEGER;      -- GPUs asked for (at most); NULL: recorded before schema 3
+    ALTER TABLE contracts ADD COLUMN end_time INTEGER;  -- completed, failed or cancelled; NULL while queued or running
+    -- One row each time a leaf's demand changes: it holds from `at` until
+    -- the leaf's next row. GPUs of jobs pending (not held) and running.
+    CREATE TABLE demand (
+        leaf                TEXT    NOT NULL,
+        at                  INTEGER NOT NULL,
+        pending_allocated   INTEGER NOT NULL,
+        pending_unallocated INTEGER NOT NULL,
+        running_allocated   INTEGER NOT NULL,
+        running_unallocated INTEGER NOT NULL,
+        PRIMARY KEY (leaf, at)
+    ) STRICT, WITHOUT ROWID;
     "#,
 ];
 

@@ -44,6 +44,34 @@ pub struct ContractRow {
     pub resumable: bool,
     pub submit_time: i64,
     pub comment: String,
+    /// GPUs asked for (at most); `None` in rows from before schema 3.
+    pub gpus: Option<u32>,
+}
+
+/// A job left the queue for good (completed, failed, cancelled) at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobEnd {
+    pub job_id: u32,
+    pub at: i64,
+}
+
+/// A leaf's demand from `at` until its next row: GPUs of its jobs pending
+/// (not held) and running, allocated (`min_runtime > 0`) and unallocated apart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DemandRow {
+    pub leaf: String,
+    pub at: i64,
+    pub pending_allocated: u32,
+    pub pending_unallocated: u32,
+    pub running_allocated: u32,
+    pub running_unallocated: u32,
+}
+
+impl DemandRow {
+    /// Every GPU the leaf's jobs want: what owed is capped at.
+    pub fn total(&self) -> u32 {
+        self.pending_allocated + self.pending_unallocated + self.running_allocated + self.running_unallocated
+    }
 }
 
 /// Something worth explaining later.
@@ -63,7 +91,28 @@ pub struct Period {
     pub runs: Vec<RunUpdate>,
     pub contracts: Vec<ContractRow>,
     pub events: Vec<EventRow>,
+    /// Leaves whose demand changed.
+    pub demand: Vec<DemandRow>,
+    pub job_ends: Vec<JobEnd>,
     pub snapshot: Option<UsageSnapshot>,
+}
+
+const CONTRACT_COLUMNS: &str = "job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus, end_time";
+
+fn row_to_contract(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ContractRow, Option<i64>)> {
+    let contract = ContractRow {
+        job_id: r.get(0)?,
+        user: r.get(1)?,
+        account: r.get(2)?,
+        leaf: r.get(3)?,
+        min_runtime: r.get(4)?,
+        priority: r.get(5)?,
+        resumable: r.get(6)?,
+        submit_time: r.get(7)?,
+        comment: r.get(8)?,
+        gpus: r.get(9)?,
+    };
+    Ok((contract, r.get(10)?))
 }
 
 const RUN_COLUMNS: &str = "job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason";
@@ -95,8 +144,21 @@ impl Ledger {
     pub fn record_period(&mut self, period: &Period) -> Result<()> {
         self.write(|tx| {
             {
-                let mut open = tx.prepare_cached(&format!("INSERT OR IGNORE INTO runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"))?;
-                let mut close = tx.prepare_cached("UPDATE runs SET run_end = ?3, end_reason = ?4 WHERE job_id = ?1 AND run_start = ?2 AND run_end IS NULL")?;
+                // Runs are keyed by (job, start), to the second. A job
+                // preempted in its first second and started again within
+                // that second has two runs with one start: the run of 0 s
+                // gives way to the real one (its row takes the real run's
+                // end), so the real run is charged. Otherwise recording a
+                // run twice changes nothing, and an ended run stays ended.
+                let mut open = tx.prepare_cached(&format!(
+                    "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                     ON CONFLICT(job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
+                         leaf = excluded.leaf, account = excluded.account, user = excluded.user, gpus = excluded.gpus, allocated = excluded.allocated
+                     WHERE runs.run_end = runs.run_start AND (excluded.run_end IS NULL OR excluded.run_end > runs.run_end)"
+                ))?;
+                let mut close = tx.prepare_cached(
+                    "UPDATE runs SET run_end = ?3, end_reason = ?4 WHERE job_id = ?1 AND run_start = ?2 AND (run_end IS NULL OR (run_end = run_start AND ?3 > run_end))",
+                )?;
                 for update in &period.runs {
                     match update {
                         RunUpdate::Open(r) => {
@@ -110,14 +172,28 @@ impl Ledger {
             }
             {
                 let mut contract = tx.prepare_cached(
-                    "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                    "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                      ON CONFLICT(job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
                          min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
-                         submit_time = excluded.submit_time, comment = excluded.comment",
+                         submit_time = excluded.submit_time, comment = excluded.comment, gpus = excluded.gpus",
                 )?;
                 for c in &period.contracts {
-                    contract.execute(params![c.job_id, c.user, c.account, c.leaf, c.min_runtime, c.priority, c.resumable, c.submit_time, c.comment])?;
+                    contract.execute(params![c.job_id, c.user, c.account, c.leaf, c.min_runtime, c.priority, c.resumable, c.submit_time, c.comment, c.gpus])?;
+                }
+                // A requeued job may end again later: the last end is kept.
+                let mut end = tx.prepare_cached("UPDATE contracts SET end_time = ?2 WHERE job_id = ?1")?;
+                for e in &period.job_ends {
+                    end.execute(params![e.job_id, e.at])?;
+                }
+            }
+            {
+                let mut demand = tx.prepare_cached(
+                    "INSERT OR REPLACE INTO demand (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )?;
+                for d in &period.demand {
+                    demand.execute(params![d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
                 }
             }
             {
@@ -170,23 +246,53 @@ impl Ledger {
     pub fn contract(&self, job_id: u32) -> Result<Option<ContractRow>> {
         self.read(|c| {
             c.query_row(
-                "SELECT job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment FROM contracts WHERE job_id = ?1",
+                &format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE job_id = ?1"),
                 [job_id],
-                |r| {
-                    Ok(ContractRow {
-                        job_id: r.get(0)?,
-                        user: r.get(1)?,
-                        account: r.get(2)?,
-                        leaf: r.get(3)?,
-                        min_runtime: r.get(4)?,
-                        priority: r.get(5)?,
-                        resumable: r.get(6)?,
-                        submit_time: r.get(7)?,
-                        comment: r.get(8)?,
-                    })
-                },
+                |r| Ok(row_to_contract(r)?.0),
             )
             .optional()
+        })
+    }
+
+    /// Jobs submitted in `[from, to)`, with the time each left the queue
+    /// for good (`None`: still queued or running), by submission.
+    pub fn contracts_submitted(&self, from: i64, to: i64) -> Result<Vec<(ContractRow, Option<i64>)>> {
+        self.read(|c| {
+            let mut stmt = c.prepare(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE submit_time >= ?1 AND submit_time < ?2 ORDER BY submit_time, job_id"))?;
+            let rows = stmt.query_map([from, to], row_to_contract)?;
+            rows.collect()
+        })
+    }
+
+    /// Each leaf's demand rows over `[from, ...)`: the row in force at
+    /// `from` (if any) and every later one, by leaf then time.
+    pub fn demand_since(&self, from: i64) -> Result<Vec<DemandRow>> {
+        self.read(|c| {
+            let mut stmt = c.prepare(
+                "SELECT leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated FROM demand d
+                 WHERE at >= (SELECT COALESCE(MAX(at), ?1) FROM demand e WHERE e.leaf = d.leaf AND e.at <= ?1)
+                 ORDER BY leaf, at",
+            )?;
+            let rows = stmt.query_map([from], |r| {
+                Ok(DemandRow {
+                    leaf: r.get(0)?,
+                    at: r.get(1)?,
+                    pending_allocated: r.get(2)?,
+                    pending_unallocated: r.get(3)?,
+                    running_allocated: r.get(4)?,
+                    running_unallocated: r.get(5)?,
+                })
+            })?;
+            rows.collect()
+        })
+    }
+
+    /// Events of one kind (`preempted`, ...) in `[from, to)`, oldest first.
+    pub fn events_between(&self, kind: &str, from: i64, to: i64) -> Result<Vec<EventRow>> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT at, job_id, kind, detail FROM events WHERE kind = ?1 AND at >= ?2 AND at < ?3 ORDER BY at, id")?;
+            let rows = stmt.query_map(params![kind, from, to], |r| Ok(EventRow { at: r.get(0)?, job_id: r.get(1)?, kind: r.get(2)?, detail: r.get(3)? }))?;
+            rows.collect()
         })
     }
 
@@ -252,5 +358,79 @@ mod tests {
         // Window [150, 300]: job 1 charged 2 GPUs x 50 s; job 2 is unallocated.
         assert_eq!(l.charged_by_leaf(150, 300).unwrap(), vec![("a".to_owned(), 100)]);
         assert_eq!(l.runs_since(250).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_run_of_0_s_gives_way_to_the_run_that_starts_in_the_same_second() {
+        let ended = |job_id, start, end| RunRow { run_end: Some(end), end_reason: Some("x".into()), ..run(job_id, start, 2, true) };
+        // Reported ended (the 0-s run), then the next run, ended or open, in either order.
+        for updates in [
+            vec![RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Open(ended(1, 100, 160))],
+            vec![RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() }],
+            vec![RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() }],
+        ] {
+            // In one period, and one update per period (as when writes failed and resumed).
+            for split in [false, true] {
+                let mut l = Ledger::in_memory().unwrap();
+                if split {
+                    for u in &updates {
+                        l.record_period(&Period { runs: vec![u.clone()], ..Default::default() }).unwrap();
+                    }
+                } else {
+                    l.record_period(&Period { runs: updates.clone(), ..Default::default() }).unwrap();
+                }
+                let rows: Vec<_> = l.runs_of_job(1).unwrap().iter().map(|r| (r.run_start, r.run_end)).collect();
+                assert_eq!(rows, vec![(100, Some(160))], "{updates:?}");
+                assert_eq!(l.charged_by_leaf(0, 200).unwrap(), vec![("a".to_owned(), 120)]);
+            }
+        }
+        // A run that lasted longer keeps its end whatever comes after.
+        let mut l = Ledger::in_memory().unwrap();
+        let updates = vec![RunUpdate::Open(ended(1, 100, 130)), RunUpdate::Open(ended(1, 100, 160)), RunUpdate::Open(run(1, 100, 2, true))];
+        l.record_period(&Period { runs: updates, ..Default::default() }).unwrap();
+        assert_eq!(l.runs_of_job(1).unwrap()[0].run_end, Some(130));
+    }
+
+    fn demand(leaf: &str, at: i64, pending: u32, running: u32) -> DemandRow {
+        DemandRow { leaf: leaf.into(), at, pending_allocated: pending, pending_unallocated: 1, running_allocated: running, running_unallocated: 0 }
+    }
+
+    #[test]
+    fn demand_since_starts_with_the_row_in_force() {
+        let mut l = Ledger::in_memory().unwrap();
+        let rows = vec![demand("a", 100, 4, 0), demand("a", 200, 2, 2), demand("a", 300, 0, 0), demand("b", 250, 8, 0)];
+        l.record_period(&Period { demand: rows, ..Default::default() }).unwrap();
+        let at = |rows: Vec<DemandRow>| rows.iter().map(|d| (d.leaf.clone(), d.at)).collect::<Vec<_>>();
+        // At 220, a's row of 200 is in force; b has none yet.
+        assert_eq!(at(l.demand_since(220).unwrap()), vec![("a".into(), 200), ("a".into(), 300), ("b".into(), 250)]);
+        // Exactly at a row: that row; before every row: all of them.
+        assert_eq!(at(l.demand_since(300).unwrap()), vec![("a".into(), 300), ("b".into(), 250)]);
+        assert_eq!(l.demand_since(0).unwrap().len(), 4);
+        assert_eq!(demand("a", 0, 2, 3).total(), 6);
+    }
+
+    #[test]
+    fn contracts_keep_their_gpus_and_last_end() {
+        let mut l = Ledger::in_memory().unwrap();
+        let c = ContractRow {
+            job_id: 7,
+            user: "u".into(),
+            account: Some("a".into()),
+            leaf: Some("a".into()),
+            min_runtime: 60,
+            priority: "normal".into(),
+            resumable: true,
+            submit_time: 1000,
+            comment: "min_runtime=1m".into(),
+            gpus: Some(4),
+        };
+        l.record_period(&Period { contracts: vec![c.clone()], ..Default::default() }).unwrap();
+        assert_eq!(l.contracts_submitted(0, 2000).unwrap(), vec![(c.clone(), None)]);
+        l.record_period(&Period { job_ends: vec![JobEnd { job_id: 7, at: 1500 }], ..Default::default() }).unwrap();
+        l.record_period(&Period { job_ends: vec![JobEnd { job_id: 7, at: 1700 }], ..Default::default() }).unwrap();
+        // Re-recording the contract (a pending job's comment changed) keeps the end.
+        l.record_period(&Period { contracts: vec![c.clone()], ..Default::default() }).unwrap();
+        assert_eq!(l.contracts_submitted(0, 2000).unwrap(), vec![(c, Some(1700))]);
+        assert!(l.contracts_submitted(1001, 2000).unwrap().is_empty());
     }
 }

@@ -383,6 +383,23 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_0_s_and_the_next_starting_in_the_same_second_charge_the_real_run() {
+        let t = tree();
+        let mut book = RunBook::default();
+        // Preempted in its first second at 140, requeued and started again
+        // within that second, then completed at 180.
+        book.run_ended(ended(1, 140, 140, 8, "a", "preempted"), &t);
+        book.run_ended(ended(1, 140, 180, 8, "a", "completed"), &t);
+        assert_eq!(charged(&book, 200), vec![8 * 40, 0], "the real run is charged, once");
+        // The ledger keys runs by (job, start): one row, ending when the real run did.
+        let mut ledger = allot_ledger::Ledger::in_memory().unwrap();
+        ledger.record_period(&allot_ledger::Period { runs: book.unwritten().to_vec(), ..Default::default() }).unwrap();
+        let rows = ledger.runs_of_job(1).unwrap();
+        assert_eq!(rows.iter().map(|r| (r.run_start, r.run_end)).collect::<Vec<_>>(), vec![(140, Some(180))], "{rows:?}");
+        assert_eq!(ledger.charged_by_leaf(0, 200).unwrap(), vec![("a".to_owned(), 8 * 40)]);
+    }
+
+    #[test]
     fn a_suspension_is_not_charged_twice() {
         let t = tree();
         let mut book = RunBook::default();
