@@ -11,7 +11,8 @@
 //!    their own exit during its grace time (Slurm alone would leave them
 //!    COMPLETED or FAILED; a user's scancel, a time-out or a node failure
 //!    in the grace time are not requeued);
-//! 4. writes runs, contracts, events and the usage snapshot to the ledger
+//! 4. writes runs, contracts, events, each leaf's demand (when it changed)
+//!    and the usage snapshot to the ledger
 //!    (outside the locks again), or keeps them for the next period if the
 //!    ledger is unavailable: scheduling goes on from memory either way. A
 //!    ledger that was replaced (deleted, recovered, restored) gets the whole
@@ -27,7 +28,7 @@ use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot::occupancy::usage_in_window;
 use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
-use allot_ledger::{ContractRow, EventRow, LeafUsage, Ledger, Period, UsageSnapshot};
+use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
 use allot_slurm::policy::{contract_of, contract_of_comment, leaf_of, pending_job, running_job};
@@ -218,6 +219,13 @@ pub struct Worker {
     requeued_after_grace: HashSet<(u32, i64)>,
     pending_contracts: Vec<ContractRow>,
     pending_events: Vec<EventRow>,
+    /// Each leaf's demand as last handed to the ledger, by path; and the
+    /// changes not yet written.
+    demand_last: HashMap<String, DemandRow>,
+    pending_demand: Vec<DemandRow>,
+    /// Finished jobs whose end is recorded (job, end time), and ends not yet written.
+    ends_recorded: HashSet<(u32, i64)>,
+    pending_job_ends: Vec<JobEnd>,
     to_requeue: Vec<(u32, RequeueWhy, String)>,
     names: UserNames,
     /// The first walk since slurmctld started.
@@ -268,6 +276,10 @@ impl Worker {
             requeued_after_grace: HashSet::new(),
             pending_contracts: Vec::new(),
             pending_events: Vec::new(),
+            demand_last: HashMap::new(),
+            pending_demand: Vec::new(),
+            ends_recorded: HashSet::new(),
+            pending_job_ends: Vec::new(),
             to_requeue: Vec::new(),
             first_walk: true,
             stopping: false,
@@ -415,16 +427,20 @@ impl Worker {
         let mut in_list: HashSet<u32> = HashSet::new();
         let mut restart_ends: Vec<RunEnd> = Vec::new();
         let mut preempting: Vec<(u32, i64, String)> = Vec::new();
+        // Per leaf: GPUs pending allocated, pending unallocated, running allocated, running unallocated.
+        let mut demand = vec![[0u32; 4]; tree.leaves.len()];
 
         locked.for_each_job(|job| {
             let j = job.view();
             let id = j.id();
             in_list.insert(id);
-            if j.state() != JobState::Finished {
-                // Recorded when first seen, and again if a pending job's
+            {
+                // Recorded when first seen (a job that came and went between
+                // two walks is seen finished), and again if a pending job's
                 // contract or account changed (started jobs' cannot).
                 let digest = contract_digest(&j);
-                if self.contracts_recorded.get(&id) != Some(&digest) {
+                let known = self.contracts_recorded.get(&id);
+                if known != Some(&digest) && (j.state() != JobState::Finished || known.is_none()) {
                     let contract = contract_of(&j, rules);
                     self.pending_contracts.push(ContractRow {
                         job_id: id,
@@ -436,6 +452,7 @@ impl Worker {
                         resumable: j.requeue_allowed(),
                         submit_time: j.submit_time(),
                         comment: j.comment().unwrap_or("").to_owned(),
+                        gpus: Some(j.gpus_requested()),
                     });
                     self.contracts_recorded.insert(id, digest);
                 }
@@ -443,6 +460,10 @@ impl Worker {
             match j.state() {
                 JobState::Running => {
                     let run = running_job(&j, tree, rules);
+                    if let Some(l) = run.leaf {
+                        let d = &mut demand[l as usize][if run.is_allocated() { 2 } else { 3 }];
+                        *d = d.saturating_add(j.gpus_allocated());
+                    }
                     observed.push(Observed {
                         job_id: id,
                         run_start: j.running_since(),
@@ -465,11 +486,19 @@ impl Worker {
                         endings.insert(id, Ending::Requeued);
                     }
                     if let Some(p) = pending_job(&j, tree, rules) {
+                        // A held job (priority 0) wants nothing until released.
+                        if j.priority() != 0 {
+                            let d = &mut demand[p.leaf as usize][if p.allocated { 0 } else { 1 }];
+                            *d = d.saturating_add(j.gpus_requested());
+                        }
                         pending.push(p);
                     }
                 }
                 JobState::Finished => {
                     endings.insert(id, Ending::Finished(j.end_time()));
+                    if self.ends_recorded.insert((id, j.end_time())) {
+                        self.pending_job_ends.push(JobEnd { job_id: id, at: j.end_time() });
+                    }
                     if self.first_walk {
                         // Ended before this slurmctld started, maybe after the
                         // last write (a crash): charged once (the book skips
@@ -564,6 +593,7 @@ impl Worker {
         }
         // Forget jobs slurmctld has forgotten.
         self.contracts_recorded.retain(|id, _| in_list.contains(id));
+        self.ends_recorded.retain(|(id, _)| in_list.contains(id));
         self.preemptions_seen.retain(|(id, _)| in_list.contains(id));
         self.requeued_after_grace.retain(|(id, _)| in_list.contains(id));
         log::debug!(
@@ -572,7 +602,35 @@ impl Worker {
             book.open_runs(),
             changed
         );
+        self.note_demand(tree, &demand, now);
         Recomputed { changed, ranking, usage, capacity, map }
+    }
+
+    /// Queues a demand row for every leaf whose demand changed, and a zero
+    /// row for a leaf gone from the budget that still wanted GPUs.
+    fn note_demand(&mut self, tree: &BudgetTree, demand: &[[u32; 4]], now: i64) {
+        let mut in_tree = HashSet::with_capacity(tree.leaves.len());
+        for (l, &node) in tree.leaves.iter().enumerate() {
+            let path = &tree.node(node).path;
+            in_tree.insert(path.as_str());
+            let [pa, pu, ra, ru] = demand[l];
+            let row = DemandRow { leaf: path.clone(), at: now, pending_allocated: pa, pending_unallocated: pu, running_allocated: ra, running_unallocated: ru };
+            self.note_demand_row(row);
+        }
+        let gone: Vec<String> = self.demand_last.keys().filter(|p| !in_tree.contains(p.as_str())).cloned().collect();
+        for leaf in gone {
+            self.note_demand_row(DemandRow { leaf, at: now, pending_allocated: 0, pending_unallocated: 0, running_allocated: 0, running_unallocated: 0 });
+        }
+        self.demand_last.retain(|p, d| in_tree.contains(p.as_str()) || d.total() > 0);
+    }
+
+    fn note_demand_row(&mut self, row: DemandRow) {
+        let same = |a: &DemandRow, b: &DemandRow| (a.pending_allocated, a.pending_unallocated, a.running_allocated, a.running_unallocated) == (b.pending_allocated, b.pending_unallocated, b.running_allocated, b.running_unallocated);
+        if self.demand_last.get(&row.leaf).is_some_and(|last| same(last, &row)) {
+            return;
+        }
+        self.pending_demand.push(row.clone());
+        self.demand_last.insert(row.leaf.clone(), row);
     }
 
     fn write_ledger(&mut self, snapshot: Option<UsageSnapshot>) {
@@ -587,6 +645,15 @@ impl Worker {
             }
             if self.pending_events.len() > 100_000 {
                 self.pending_events.drain(..50_000);
+            }
+            // Demand rows are a step function: dropping the oldest keeps
+            // the later steps right (and each leaf's latest is re-sent on a
+            // replaced ledger).
+            if self.pending_demand.len() > 100_000 {
+                self.pending_demand.drain(..50_000);
+            }
+            if self.pending_job_ends.len() > 100_000 {
+                self.pending_job_ends.drain(..50_000);
             }
         }
         let held = self.book.as_ref().map_or(0, |b| b.unwritten().len());
@@ -604,10 +671,21 @@ impl Worker {
                 b.rewrite_all();
             }
             self.contracts_recorded.clear();
+            // Each leaf's demand as it stands, dated when it was last seen to change.
+            let mut latest: Vec<DemandRow> = self.demand_last.values().cloned().collect();
+            latest.sort_by(|a, b| a.leaf.cmp(&b.leaf));
+            self.pending_demand.extend(latest);
             self.book_ledger = Some(identity);
         }
         let runs = self.book.as_ref().map(|b| b.unwritten().to_vec()).unwrap_or_default();
-        let period = Period { runs, contracts: std::mem::take(&mut self.pending_contracts), events: std::mem::take(&mut self.pending_events), snapshot };
+        let period = Period {
+            runs,
+            contracts: std::mem::take(&mut self.pending_contracts),
+            events: std::mem::take(&mut self.pending_events),
+            demand: std::mem::take(&mut self.pending_demand),
+            job_ends: std::mem::take(&mut self.pending_job_ends),
+            snapshot,
+        };
         let result = self.writer().and_then(|l| l.record_period(&period).map_err(|e| e.to_string()));
         match result {
             Ok(()) => {
@@ -619,6 +697,8 @@ impl Worker {
             Err(e) => {
                 self.pending_contracts = period.contracts;
                 self.pending_events = period.events;
+                self.pending_demand = period.demand;
+                self.pending_job_ends = period.job_ends;
                 Err(e)
             }
         }

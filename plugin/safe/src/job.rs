@@ -196,6 +196,13 @@ impl<'a> Job<'a> {
         unsafe { gpus_in_gres_list(self.raw.gres_list_alloc) }
     }
 
+    /// The GPUs a pending job asks for on its fewest nodes (Slurm's
+    /// `total_gres`): the demand it adds while it waits.
+    pub fn gpus_requested(&self) -> u32 {
+        // SAFETY: gres_list_req is null or the job's list of gres_state_t, valid while the record is.
+        unsafe { gpus_in_gres_list(self.raw.gres_list_req) }
+    }
+
     /// The most GPUs a pending job can be given, from its request: GPUs per
     /// job as asked; per node times the most nodes it can get (its maximum
     /// node count, else no more nodes than it has tasks); per task times its
