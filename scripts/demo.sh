@@ -9,7 +9,8 @@
 #      declare min_runtime=0 (unallocated), multi-node-sized training jobs,
 #      and short debug jobs that arrive when the cluster is full;
 #   4. waits about three minutes, then prints who ran, who was preempted and
-#      why, and what each budget was charged; and brings the cluster down.
+#      why, what each budget was charged, and how each fared against what it
+#      was owed (allot report); and brings the cluster down.
 #
 # Usage: scripts/demo.sh [--keep] [--installed]
 #   --keep       leave the cluster up to explore:
@@ -169,6 +170,9 @@ fi
 
 say "what each budget was charged (allot usage --window 10m; unallocated time is never charged)"
 allot usage --window 10m | awk 'NR <= 2 || $4 != "0.00" || $6 != "0.00"'
+
+say "how each budget fared against what it was owed, given its demand (allot report --since 15m)"
+allot report --since 15m --json "$DIR/report.json"
 
 if [[ $keep == yes ]]; then
     say "the cluster is still up: eval \"\$(scripts/cluster.sh env $DIR)\"; scripts/cluster.sh down $DIR when done"

@@ -4,6 +4,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub mod associations;
 pub mod budget_cmd;
+pub mod cluster_report;
 pub mod history;
 pub mod identity;
 pub mod ledger_cmd;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{associations, budget_cmd, history, identity, ledger_cmd, now, report, sync, watch};
+use allot_cli::{associations, budget_cmd, cluster_report, history, identity, ledger_cmd, now, report, sync, watch};
 use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
@@ -47,6 +47,18 @@ enum Command {
         /// The window, ending now (default: the budget's lookback).
         #[arg(long)]
         window: Option<String>,
+    },
+    /// The cluster's fairness figures from the ledger: per budget delivered
+    /// against owed (given its demand), charged and unallocated; occupancy;
+    /// queue waits by kind and size; preemptions. The same figures, and
+    /// JSON field names, as `allot simulate`.
+    Report {
+        /// The span, ending now (default 30d).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
+        /// Also write the report as JSON into FILE.
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
     },
     /// Why a job is where it is: its contract, runs, preemptions, and its
     /// budget's place in the fair-share order, level by level.
@@ -129,6 +141,7 @@ fn main() -> ExitCode {
         Command::History { limit } => history::run(&ledger, limit),
         Command::Watch { file } => watch_file(&inv, &file),
         Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
+        Command::Report { since, json } => cluster_report::run(&ledger, since.as_deref(), json.as_deref(), now()),
         Command::Why { job } => report::why(&ledger, job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),

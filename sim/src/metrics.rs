@@ -173,7 +173,8 @@ pub fn percentile(sorted: &[i64], p: f64) -> i64 {
     sorted[rank.clamp(1, sorted.len()) - 1]
 }
 
-fn wait_stats(mut waits: Vec<i64>, completed: usize, preemptions: usize, lost_gpu_seconds: i64) -> WaitStats {
+/// The wait percentiles of `waits` (seconds, any order), with the counts given.
+pub fn wait_stats(mut waits: Vec<i64>, completed: usize, preemptions: usize, lost_gpu_seconds: i64) -> WaitStats {
     waits.sort_unstable();
     WaitStats {
         jobs: waits.len(),
@@ -274,6 +275,12 @@ pub fn water_fill(amount: f64, demands: &[f64], weights: &[f64]) -> Vec<f64> {
 
 /// Owed GPU-seconds per leaf for one hour: `capacity` shared down the tree.
 pub fn owed_in_hour(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Vec<f64> {
+    let given = owed_in_hour_by_node(tree, leaf_demand, capacity);
+    tree.leaves.iter().map(|&node| given[node as usize]).collect()
+}
+
+/// The same for every node of the tree (a node is owed what its subtree is).
+pub fn owed_in_hour_by_node(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Vec<f64> {
     let n = tree.nodes.len();
     let mut demand = vec![0.0; n];
     for (leaf, &node) in tree.leaves.iter().enumerate() {
@@ -297,7 +304,7 @@ pub fn owed_in_hour(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Ve
             given[*k as usize] = amount;
         }
     }
-    tree.leaves.iter().map(|&node| given[node as usize]).collect()
+    given
 }
 
 /// Owed GPU-seconds per leaf and hour of `[start, end)`: each hour's
@@ -308,17 +315,37 @@ pub fn owed_in_hour(tree: &BudgetTree, leaf_demand: &[f64], capacity: f64) -> Ve
 pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
     let hours = demand.first().map_or(0, Vec::len);
     let mut owed = vec![vec![0.0; hours]; demand.len()];
+    for_each_owed_hour(tree, demand, capacity, start, end, |h, by_node| {
+        for (l, &node) in tree.leaves.iter().enumerate() {
+            owed[l][h] = by_node[node as usize];
+        }
+    });
+    owed
+}
+
+/// Owed GPU-seconds per node of the tree over `[start, end)`, summed over
+/// the hours: [`owed_by_hour`] for every node, not only the leaves.
+pub fn owed_by_node(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {
+    let mut owed = vec![0.0; tree.nodes.len()];
+    for_each_owed_hour(tree, demand, capacity, start, end, |_, by_node| {
+        for (o, g) in owed.iter_mut().zip(by_node) {
+            *o += g;
+        }
+    });
+    owed
+}
+
+/// Calls `f(hour, owed per node)` for each hour of `[start, end)`.
+fn for_each_owed_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64, mut f: impl FnMut(usize, &[f64])) {
+    let hours = demand.first().map_or(0, Vec::len);
     let mut hour_demand = vec![0.0; demand.len()];
     for h in 0..hours {
         let len = (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
         for (d, leaf) in hour_demand.iter_mut().zip(demand) {
             *d = leaf[h];
         }
-        for (l, o) in owed_in_hour(tree, &hour_demand, capacity as f64 * len).into_iter().enumerate() {
-            owed[l][h] = o;
-        }
+        f(h, &owed_in_hour_by_node(tree, &hour_demand, capacity as f64 * len));
     }
-    owed
 }
 
 /// Computes the report. Timing comes from the caller.
@@ -637,10 +664,12 @@ pub fn ping_pongs(outcome: &Outcome) -> (usize, usize) {
     (ping, re)
 }
 
-fn round3(x: f64) -> f64 {
+/// Rounded to 3 decimals, as the reports print them.
+pub fn round3(x: f64) -> f64 {
     (x * 1e3).round() / 1e3
 }
-fn round6(x: f64) -> f64 {
+/// Rounded to 6 decimals.
+pub fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 

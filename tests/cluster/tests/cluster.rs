@@ -8,6 +8,8 @@
 
 
 
+use std::collections::HashMap;
+
 use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
 use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, Options, Release, TestCluster, BUDGET};
 
@@ -501,4 +503,81 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
         assert!(out.status.success(), "update {i} of a fresh job: {}", text(&out));
         assert_eq!(c.job(id).get("Partition"), "gpu");
     }
+}
+
+/// `allot report` on the live cluster: each budget's demand is what its jobs
+/// asked for from submission to their end (Slurm's times), a held job adds
+/// none, delivered is what they ran, the waits are Slurm's, and owed never
+/// exceeds a budget's demand nor the cluster's GPUs.
+#[test]
+fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() {
+    let c = TestCluster::start("report", BUDGET, Options::default());
+    // Training jobs (protected for longer than a small job's 30 min) fill the cluster.
+    let mut jobs: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=1h", &sleep_job(15)]).unwrap()).collect();
+    c.wait_for("teama fills the cluster", secs(30), || jobs.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    // They wait for teama's protected jobs: a debug job, a training job, an unallocated one.
+    jobs.push(c.sbatch("bob", &["--gres=gpu:4", "--comment=min_runtime=1m", &sleep_job(6)]).unwrap());
+    jobs.push(c.sbatch("dave", &["--gres=gpu:8", "--account=teamb", "--comment=min_runtime=1h", &sleep_job(5)]).unwrap());
+    jobs.push(c.sbatch("carol", &["--gres=gpu:2", "--comment=min_runtime=0", &sleep_job(6)]).unwrap());
+    let held = c.sbatch("bob", &["--hold", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
+    c.wait_for("every job completes", secs(120), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    c.slurm(None, "scancel", &[&held.to_string()]);
+    c.wait_for("the held job is cancelled", secs(30), || c.job(held).state() == "CANCELLED");
+    std::thread::sleep(secs(5)); // recomputes record the ends
+
+    let json = c.job_dir().join("report.json");
+    let out = c.allot(&["report", "--since", "1h", "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    eprintln!("{}", text(&out));
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let node = |path: &str| r["nodes"].as_array().unwrap().iter().find(|n| n["path"] == path).unwrap_or_else(|| panic!("no node {path} in {r}")).clone();
+    let f = |v: &serde_json::Value| v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"));
+
+    // Slurm's times, per budget leaf: GPU-seconds wanted (submit to end) and run (start to end), and the waits.
+    let slurm = c.jobs_epoch();
+    let mut want: HashMap<&str, (f64, f64, f64)> = HashMap::new(); // (demand, delivered, tolerance)
+    let mut waits = Vec::new();
+    for &id in &jobs {
+        let j = slurm.iter().find(|j| j.id == id).unwrap();
+        let t = |k: &str| j.get(k).parse::<i64>().unwrap_or_else(|_| panic!("job {id} {k}={:?}", j.get(k)));
+        let gpus = [8.0, 8.0, 8.0, 8.0, 4.0, 8.0, 2.0][jobs.iter().position(|&x| x == id).unwrap()];
+        let leaf = match j.get("Account") {
+            "teama" => "lab/teama",
+            "teamb" => "lab/teamb",
+            _ => "other",
+        };
+        let e = want.entry(leaf).or_default();
+        e.0 += gpus * (t("EndTime") - t("SubmitTime")) as f64;
+        e.1 += gpus * (t("EndTime") - t("StartTime")) as f64;
+        // The demand is sampled at each recompute (every 2 s): each end is
+        // seen up to a period late (and a second of rounding), the lags of
+        // the two ends partly cancelling.
+        e.2 += gpus * 5.0;
+        waits.push(t("StartTime") - t("SubmitTime"));
+    }
+    for (leaf, (demand, delivered, tolerance)) in &want {
+        let n = node(leaf);
+        let (d, g) = (f(&n["demand_gpu_hours"]) * 3600.0, f(&n["delivered_gpu_hours"]) * 3600.0);
+        assert!((d - demand).abs() <= *tolerance, "{leaf}: demand {d} GPU-s in the report, {demand} from Slurm's times (the held job adds none), tolerance {tolerance}");
+        assert!((g - delivered).abs() <= 0.01 * delivered + 3.6, "{leaf}: delivered {g} GPU-s in the report, {delivered} from Slurm's times");
+        assert!(f(&n["owed_gpu_hours"]) <= f(&n["demand_gpu_hours"]) + 1e-3, "{leaf}: owed more than it wanted: {n}");
+    }
+    let root = node("");
+    let span = f(&r["span_seconds"]);
+    assert!(f(&root["owed_gpu_hours"]) <= 32.0 * span / 3600.0 + 1e-3, "owed more than the cluster has: {root}");
+    assert!(f(&node("lab/teamb")["owed_gpu_hours"]) > 0.0, "teamb waited for GPUs and was owed nothing: {r}");
+    // teama had the cluster to itself while the others were not there: all it delivered was owed.
+    assert!(f(&node("lab/teama")["owed_gpu_hours"]) >= 0.99 * f(&node("lab/teama")["delivered_gpu_hours"]), "{r}");
+    let delivered: f64 = want.values().map(|w| w.1).sum();
+    assert!((f(&r["occupancy"]) * 32.0 * span - delivered).abs() <= 0.01 * delivered + 36.0, "occupancy {} over {span} s against {delivered} GPU-s delivered", r["occupancy"]);
+
+    // Waits, by Slurm's start and submit times (nearest rank), and by kind.
+    waits.sort_unstable();
+    let rank = |p: f64| waits[((p * waits.len() as f64).ceil() as usize).clamp(1, waits.len()) - 1];
+    assert_eq!((r["wait_p50_s"].as_i64(), r["wait_p90_s"].as_i64()), (Some(rank(0.5)), Some(rank(0.9))), "{r}");
+    assert_eq!((r["jobs"].as_u64(), r["jobs_completed"].as_u64(), r["jobs_left_without_starting"].as_u64()), (Some(8), Some(7), Some(1)), "{r}");
+    let kind = |k: &str| r["by_kind"][k]["jobs"].as_u64();
+    assert_eq!((kind("training"), kind("debug"), kind("unallocated")), (Some(5), Some(1), Some(1)), "{}", r["by_kind"]);
+    assert!(r["by_kind"]["training"]["wait_p90_s"].as_i64() >= Some(5), "dave's training job waited for teama's: {}", r["by_kind"]);
+    assert!(r["unallocated_fraction"].as_f64().unwrap() > 0.0, "carol's run is unallocated: {r}");
 }

@@ -175,6 +175,18 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
         assert_eq!(row[3], "0.00", "{leaf} was charged for squatting: {row:?}");
         assert!(row[5].parse::<f64>().unwrap() > 0.0, "{leaf}'s unallocated time is not recorded: {row:?}");
     }
+    // And the report: the squatters' budgets delivered their unallocated
+    // time, charged nothing; no budget was owed more than it wanted.
+    assert!(said.contains("budgets at 95% or more of what they were owed"), "the demo printed no report:\n{said}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap_or_default()).unwrap_or_else(|e| panic!("the demo's report.json: {e}"));
+    let nodes = report["nodes"].as_array().unwrap_or_else(|| panic!("no nodes in {report}"));
+    let num = |n: &serde_json::Value, k: &str| n[k].as_f64().unwrap_or_else(|| panic!("{k} in {n}"));
+    for n in nodes {
+        assert!(num(n, "owed_gpu_hours") <= num(n, "demand_gpu_hours") + 1e-3, "owed more than wanted: {n}");
+    }
+    let sim2real = nodes.iter().find(|n| n["path"] == "robotics/simulation/sim2real").unwrap_or_else(|| panic!("no sim2real in {report}"));
+    assert!(num(sim2real, "charged_gpu_hours") == 0.0 && num(sim2real, "unallocated_gpu_hours") > 0.0, "{sim2real}");
+    assert!(num(&report, "occupancy") > 0.0 && report["preemptions"].as_u64() >= Some(1), "{report}");
 
     // Purged: the plugins, the command and /etc/allot go; the ledger's
     // directory (the budget history, every charged run) stays.

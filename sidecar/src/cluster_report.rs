@@ -1,0 +1,470 @@
+//! `allot report`: the live cluster's fairness figures, from the ledger.
+//!
+//! The figures are the simulator's (`allot simulate --json`), computed by
+//! the same code (`allot_sim::metrics`: hourly buckets, owed by weighted
+//! water-filling down the tree, nearest-rank percentiles) from what the
+//! plugins recorded instead of from a simulated run:
+//!
+//! - **span**: `[now - since, now)`, starting later if the ledger's demand
+//!   records start later (before them, owed is unknown).
+//! - **demand** of a leaf: the GPUs of its jobs pending (not held) or
+//!   running, as the priority plugin sampled them at each recompute (a step
+//!   that holds until the next change). **owed**: each hour, the cluster's
+//!   GPUs shared down the tree by share, each node capped at its subtree's
+//!   demand, the surplus to siblings still wanting; a node is owed what its
+//!   subtree is.
+//! - **delivered**: GPU-seconds the runs held in the span, allocated or not;
+//!   **charged**: the allocated part; **unallocated**: the rest.
+//! - **occupancy**: delivered by every run (outside the tree too) over the
+//!   cluster's GPU-seconds in the span; **unallocated_fraction**: the
+//!   unallocated part of all delivered time.
+//! - **wait** of a job submitted in the span: its first start minus its
+//!   submission; a job still waiting counts with its wait so far (a lower
+//!   bound); one that left the queue without starting (cancelled) is not
+//!   counted. **kind**: `unallocated` (`min_runtime=0`), `debug` (a small
+//!   job: at most `small_job_gpus` GPUs and a minimum runtime of at most
+//!   `small_job_min_runtime`, the budget's settings), else `training`.
+//! - **preemptions**: the plugin's preemption events in the span;
+//!   **gpu_hours_lost_to_preemption**: the preempted runs of jobs that are
+//!   not resumable (a resumable job resumes from its checkpoint, as the
+//!   simulator assumes by default).
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use allot::contract::{Contract, PriorityLevel};
+use allot::duration::{format_duration, parse_duration};
+use allot::preempt::{PreemptRules, WaitingJob};
+use allot_ledger::Ledger;
+use allot_sim::metrics::{hourly, human, owed_by_node, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
+use anyhow::{anyhow, Context};
+use serde::Serialize;
+
+const HOUR: f64 = 3600.0;
+
+/// One node of the budget tree (inner nodes sum their subtree).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NodeStats {
+    /// The node's path; `""` is the root (the whole cluster).
+    pub path: String,
+    pub is_leaf: bool,
+    pub share: f64,
+    pub effective_share: f64,
+    pub demand_gpu_hours: f64,
+    pub owed_gpu_hours: f64,
+    pub delivered_gpu_hours: f64,
+    /// `null` when nothing was owed.
+    pub delivered_over_owed: Option<f64>,
+    pub charged_gpu_hours: f64,
+    pub unallocated_gpu_hours: f64,
+    /// Jobs submitted in the span, and their wait percentiles.
+    pub jobs: usize,
+    pub wait_p50_s: i64,
+    pub wait_p90_s: i64,
+}
+
+/// The live cluster's report over one span.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ClusterReport {
+    pub ledger: String,
+    pub budget_version: i64,
+    pub gpus: u32,
+    pub from: i64,
+    pub to: i64,
+    pub span_seconds: i64,
+    pub days: f64,
+    pub jobs: usize,
+    pub jobs_started: usize,
+    pub jobs_completed: usize,
+    pub jobs_waiting: usize,
+    /// Left the queue without ever starting (cancelled while pending).
+    pub jobs_left_without_starting: usize,
+    pub wait_p50_s: i64,
+    pub wait_p90_s: i64,
+    pub wait_p99_s: i64,
+    pub by_kind: BTreeMap<String, WaitStats>,
+    pub by_size: BTreeMap<String, WaitStats>,
+    pub preemptions: usize,
+    pub gpu_hours_lost_to_preemption: f64,
+    pub preemptions_of_unallocated: usize,
+    pub occupancy: f64,
+    pub unallocated_fraction: f64,
+    pub max_gpus_in_use: u32,
+    pub gpu_seconds_delivered: i64,
+    /// Delivered to jobs outside the current budget tree.
+    pub gpu_hours_outside_tree: f64,
+    /// Every node of the tree, parents before children.
+    pub nodes: Vec<NodeStats>,
+    /// Of the leaves that wanted GPUs in the span, the share delivered at
+    /// least 95% of what they were owed.
+    pub teams_at_95pct_of_owed: f64,
+    pub warnings: Vec<String>,
+}
+
+/// What kind of job a contract makes it (see the module's definitions).
+pub fn job_kind(rules: &PreemptRules, leaf: Option<u32>, min_runtime: i64, gpus: u32) -> &'static str {
+    let contract = Contract { min_runtime, priority: PriorityLevel::default() };
+    if !contract.is_allocated() {
+        "unallocated"
+    } else if rules.is_small(&WaitingJob { leaf, contract, gpus }) {
+        "debug"
+    } else {
+        "training"
+    }
+}
+
+/// Per-job facts gathered for waits and preemptions.
+struct JobFacts {
+    kind: &'static str,
+    size: &'static str,
+    resumable: bool,
+    allocated: bool,
+}
+
+/// Computes the report of the span `[now - since, now)`.
+pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport> {
+    let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    let capacity = match (tree.settings.gpus, l.usage_snapshot()?) {
+        (Some(g), _) => g,
+        (None, Some(s)) => s.capacity_gpus,
+        (None, None) => return Err(anyhow!("the budget gives no GPU count and the plugins have not counted them yet")),
+    };
+    let leaf_of = |path: Option<&str>| path.and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
+    let mut warnings = Vec::new();
+
+    // The span, and each leaf's demand as a step log.
+    let asked_from = now - since;
+    let demand_rows = l.demand_since(asked_from).context("reading demand")?;
+    let from = match demand_rows.iter().map(|d| d.at).min() {
+        Some(first) if first > asked_from => {
+            warnings.push(format!("the ledger's demand records start at {}: the report starts there", crate::format_time(first)));
+            first.min(now)
+        }
+        Some(_) => asked_from,
+        None => {
+            warnings.push("the ledger has no demand records (the priority plugin writes them at each recompute): nothing is owed".to_owned());
+            asked_from
+        }
+    };
+    let to = now.max(from + 1);
+    let leaves = tree.leaves.len();
+    let mut demand_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
+    let mut level: HashMap<&str, i64> = HashMap::new();
+    for d in &demand_rows {
+        let total = d.total() as i64;
+        let prev = level.insert(d.leaf.as_str(), total).unwrap_or(0);
+        if let Some(leaf) = leaf_of(Some(&d.leaf)) {
+            demand_log[leaf as usize].push((d.at, total - prev));
+        }
+    }
+    let demand: Vec<Vec<f64>> = demand_log.iter().map(|log| hourly(log, from, to)).collect();
+    let owed = owed_by_node(&tree, &demand, capacity, from, to);
+
+    // Runs: delivered, charged and unallocated per leaf, in the span.
+    let runs = l.runs_since(from).context("reading runs")?;
+    let (mut delivered, mut charged, mut unallocated) = (vec![0i64; leaves], vec![0i64; leaves], vec![0i64; leaves]);
+    let (mut total, mut total_unallocated, mut outside) = (0i64, 0i64, 0i64);
+    let mut steps: Vec<(i64, i64)> = Vec::new();
+    let mut first_start: HashMap<u32, i64> = HashMap::new();
+    let mut last_run: HashMap<u32, (i64, Option<&str>)> = HashMap::new();
+    for r in &runs {
+        let e = first_start.entry(r.job_id).or_insert(r.run_start);
+        *e = (*e).min(r.run_start);
+        let last = last_run.entry(r.job_id).or_insert((r.run_start, r.end_reason.as_deref()));
+        if r.run_start >= last.0 {
+            *last = (r.run_start, r.end_reason.as_deref());
+        }
+        let (a, b) = (r.run_start.max(from), r.run_end.unwrap_or(to).min(to));
+        if b <= a {
+            continue;
+        }
+        let gs = r.gpus as i64 * (b - a);
+        total += gs;
+        steps.push((a, r.gpus as i64));
+        steps.push((b, -(r.gpus as i64)));
+        if !r.allocated {
+            total_unallocated += gs;
+        }
+        match leaf_of(r.leaf.as_deref()) {
+            Some(leaf) => {
+                let leaf = leaf as usize;
+                delivered[leaf] += gs;
+                if r.allocated {
+                    charged[leaf] += gs;
+                } else {
+                    unallocated[leaf] += gs;
+                }
+            }
+            None => outside += gs,
+        }
+    }
+    steps.sort_unstable();
+    let (mut in_use, mut max_in_use) = (0i64, 0i64);
+    for (_, d) in steps {
+        in_use += d;
+        max_in_use = max_in_use.max(in_use);
+    }
+
+    // Jobs submitted in the span: waits by kind, size and leaf.
+    let rules = PreemptRules::from_settings(&tree.settings);
+    let mut facts: HashMap<u32, JobFacts> = HashMap::new();
+    let (mut waits, mut completed) = (Vec::new(), 0usize);
+    let (mut started, mut waiting, mut left) = (0, 0, 0);
+    let mut by_kind: BTreeMap<&str, (Vec<i64>, usize)> = BTreeMap::new();
+    let mut by_size: BTreeMap<&str, (Vec<i64>, usize)> = BTreeMap::new();
+    let mut by_leaf: Vec<Vec<i64>> = vec![Vec::new(); leaves];
+    let submitted = l.contracts_submitted(from, to).context("reading contracts")?;
+    for (c, end_time) in &submitted {
+        let leaf = leaf_of(c.leaf.as_deref());
+        let gpus = c.gpus.unwrap_or(0);
+        let f = JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 };
+        let wait = match first_start.get(&c.job_id) {
+            Some(&s) => {
+                started += 1;
+                s - c.submit_time
+            }
+            None if end_time.is_some() => {
+                left += 1;
+                facts.insert(c.job_id, f);
+                continue;
+            }
+            None => {
+                waiting += 1;
+                to - c.submit_time
+            }
+        };
+        let done = end_time.is_some() && last_run.get(&c.job_id).is_some_and(|(_, reason)| *reason == Some("completed"));
+        completed += usize::from(done);
+        waits.push(wait);
+        for e in [by_kind.entry(f.kind).or_default(), by_size.entry(f.size).or_default()] {
+            e.0.push(wait);
+            e.1 += usize::from(done);
+        }
+        if let Some(leaf) = leaf {
+            by_leaf[leaf as usize].push(wait);
+        }
+        facts.insert(c.job_id, f);
+    }
+
+    // Preemptions, and the work lost by those that cannot resume.
+    let events = l.events_between("preempted", from, to).context("reading events")?;
+    let (mut preemptions, mut of_unallocated, mut lost) = (0usize, 0usize, 0i64);
+    let mut kind_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
+    let mut size_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
+    for e in &events {
+        if !facts.contains_key(&e.job_id) {
+            // Submitted before the span.
+            if let Some(c) = l.contract(e.job_id)? {
+                let leaf = leaf_of(c.leaf.as_deref());
+                let gpus = c.gpus.unwrap_or(0);
+                facts.insert(e.job_id, JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 });
+            }
+        }
+        preemptions += 1;
+        let run = runs.iter().find(|r| r.job_id == e.job_id && r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at));
+        let f = facts.get(&e.job_id);
+        of_unallocated += usize::from(f.is_some_and(|f| !f.allocated) || run.is_some_and(|r| !r.allocated));
+        let run_lost = match (f, run) {
+            (Some(f), Some(r)) if !f.resumable => r.gpus as i64 * (r.run_end.unwrap_or(to) - r.run_start),
+            _ => 0,
+        };
+        lost += run_lost;
+        if let Some(f) = f {
+            for e in [kind_loss.entry(f.kind).or_default(), size_loss.entry(f.size).or_default()] {
+                e.0 += 1;
+                e.1 += run_lost;
+            }
+        }
+    }
+
+    // The tree: each node sums its subtree's leaves.
+    let n = tree.nodes.len();
+    let node_sum = |per_leaf: &[i64]| {
+        let mut out = vec![0i64; n];
+        for (leaf, &node) in tree.leaves.iter().enumerate() {
+            let mut at = Some(node);
+            while let Some(id) = at {
+                out[id as usize] += per_leaf[leaf];
+                at = tree.node(id).parent;
+            }
+        }
+        out
+    };
+    let demand_leaf: Vec<i64> = demand.iter().map(|h| h.iter().sum::<f64>() as i64).collect();
+    let (node_delivered, node_charged, node_unallocated, node_demand) = (node_sum(&delivered), node_sum(&charged), node_sum(&unallocated), node_sum(&demand_leaf));
+    let mut node_waits: Vec<Vec<i64>> = vec![Vec::new(); n];
+    for (leaf, &node) in tree.leaves.iter().enumerate() {
+        let mut at = Some(node);
+        while let Some(id) = at {
+            node_waits[id as usize].extend_from_slice(&by_leaf[leaf]);
+            at = tree.node(id).parent;
+        }
+    }
+    let (mut wanting, mut at_95) = (0usize, 0usize);
+    let mut nodes = Vec::with_capacity(n);
+    for (id, node) in tree.nodes.iter().enumerate() {
+        let owed_h = owed[id] / HOUR;
+        let delivered_h = node_delivered[id] as f64 / HOUR;
+        let ratio = (owed_h > 1e-9).then(|| delivered_h / owed_h);
+        if node.leaf.is_some() && node_demand[id] > 0 {
+            wanting += 1;
+            at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
+        }
+        let w = &mut node_waits[id];
+        w.sort_unstable();
+        nodes.push(NodeStats {
+            path: node.path.clone(),
+            is_leaf: node.leaf.is_some(),
+            share: node.share,
+            effective_share: round6(node.effective_share),
+            demand_gpu_hours: round3(node_demand[id] as f64 / HOUR),
+            owed_gpu_hours: round3(owed_h),
+            delivered_gpu_hours: round3(delivered_h),
+            delivered_over_owed: ratio.map(round6),
+            charged_gpu_hours: round3(node_charged[id] as f64 / HOUR),
+            unallocated_gpu_hours: round3(node_unallocated[id] as f64 / HOUR),
+            jobs: w.len(),
+            wait_p50_s: percentile(w, 50.0),
+            wait_p90_s: percentile(w, 90.0),
+        });
+    }
+    let stats = |m: BTreeMap<&str, (Vec<i64>, usize)>, loss: &BTreeMap<&str, (usize, i64)>| -> BTreeMap<String, WaitStats> {
+        m.into_iter()
+            .map(|(k, (w, c))| {
+                let (p, lost) = loss.get(k).copied().unwrap_or_default();
+                (k.to_owned(), wait_stats(w, c, p, lost))
+            })
+            .collect()
+    };
+    let overall = wait_stats(waits, completed, preemptions, lost);
+    let span = (to - from) as f64;
+    Ok(ClusterReport {
+        ledger: l.path().to_owned(),
+        budget_version: v.version,
+        gpus: capacity,
+        from,
+        to,
+        span_seconds: to - from,
+        days: round3(span / 86400.0),
+        jobs: submitted.len(),
+        jobs_started: started,
+        jobs_completed: completed,
+        jobs_waiting: waiting,
+        jobs_left_without_starting: left,
+        wait_p50_s: overall.wait_p50_s,
+        wait_p90_s: overall.wait_p90_s,
+        wait_p99_s: overall.wait_p99_s,
+        by_kind: stats(by_kind, &kind_loss),
+        by_size: stats(by_size, &size_loss),
+        preemptions,
+        gpu_hours_lost_to_preemption: round3(lost as f64 / HOUR),
+        preemptions_of_unallocated: of_unallocated,
+        occupancy: round6(total as f64 / (capacity as f64 * span)),
+        unallocated_fraction: round6(if total > 0 { total_unallocated as f64 / total as f64 } else { 0.0 }),
+        max_gpus_in_use: max_in_use as u32,
+        gpu_seconds_delivered: total,
+        gpu_hours_outside_tree: round3(outside as f64 / HOUR),
+        nodes,
+        teams_at_95pct_of_owed: round6(if wanting > 0 { at_95 as f64 / wanting as f64 } else { 1.0 }),
+        warnings,
+    })
+}
+
+/// The report as text: the cluster's figures, then the tree.
+pub fn render(r: &ClusterReport) -> String {
+    let mut out = String::new();
+    let pct = |x: f64| format!("{:.1}%", 100.0 * x);
+    let _ = writeln!(
+        out,
+        "{} to {} ({}, budget version {}, {} GPUs), from {}",
+        crate::format_time(r.from),
+        crate::format_time(r.to),
+        human(r.span_seconds),
+        r.budget_version,
+        r.gpus,
+        r.ledger
+    );
+    let _ = writeln!(out, "occupancy {}  unallocated {}  most GPUs in use {} of {}", pct(r.occupancy), pct(r.unallocated_fraction), r.max_gpus_in_use, r.gpus);
+    let _ = writeln!(
+        out,
+        "jobs {} (started {}, completed {}, still waiting {}, left without starting {})  wait p50/p90/p99 {} / {} / {}",
+        r.jobs,
+        r.jobs_started,
+        r.jobs_completed,
+        r.jobs_waiting,
+        r.jobs_left_without_starting,
+        human(r.wait_p50_s),
+        human(r.wait_p90_s),
+        human(r.wait_p99_s)
+    );
+    let _ = writeln!(out, "preemptions {} ({} of unallocated jobs), GPU-hours lost {:.2}", r.preemptions, r.preemptions_of_unallocated, r.gpu_hours_lost_to_preemption);
+    let mut groups: Vec<(String, &WaitStats)> = r.by_kind.iter().map(|(k, w)| (k.clone(), w)).collect();
+    groups.extend(SIZE_CLASSES.iter().filter_map(|c| r.by_size.get(*c).map(|w| (format!("{c} GPU(s)"), w))));
+    for (name, w) in groups {
+        let _ = writeln!(
+            out,
+            "  {name:<12} jobs {:>5} (completed {:>5})  wait p50/p90/p99 {} / {} / {}  preemptions {}",
+            w.jobs,
+            w.jobs_completed,
+            human(w.wait_p50_s),
+            human(w.wait_p90_s),
+            human(w.wait_p99_s),
+            w.preemptions
+        );
+    }
+    let _ = writeln!(out, "budgets at 95% or more of what they were owed: {}", pct(r.teams_at_95pct_of_owed));
+    out.push('\n');
+    let header = ["BUDGET", "SHARE", "DEMAND", "OWED", "DELIVERED", "D/O", "CHARGED", "UNALLOCATED", "JOBS", "WAIT P50", "WAIT P90"];
+    let mut rows: Vec<[String; 11]> = vec![header.map(str::to_owned)];
+    for node in &r.nodes {
+        let depth = node.path.matches('/').count() + usize::from(!node.path.is_empty());
+        let name = if node.path.is_empty() { "(cluster)".to_owned() } else { format!("{}{}", "  ".repeat(depth - 1), node.path.rsplit('/').next().unwrap_or("")) };
+        rows.push([
+            name,
+            format!("{:.1}%", 100.0 * node.effective_share),
+            format!("{:.2}", node.demand_gpu_hours),
+            format!("{:.2}", node.owed_gpu_hours),
+            format!("{:.2}", node.delivered_gpu_hours),
+            node.delivered_over_owed.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x)),
+            format!("{:.2}", node.charged_gpu_hours),
+            format!("{:.2}", node.unallocated_gpu_hours),
+            node.jobs.to_string(),
+            if node.jobs > 0 { human(node.wait_p50_s) } else { "-".into() },
+            if node.jobs > 0 { human(node.wait_p90_s) } else { "-".into() },
+        ]);
+    }
+    let widths: Vec<usize> = (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    for row in &rows {
+        let cells: Vec<String> = row.iter().enumerate().map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) }).collect();
+        let _ = writeln!(out, "{}", cells.join("  ").trim_end());
+    }
+    let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed)");
+    if r.gpu_hours_outside_tree > 0.0 {
+        let _ = writeln!(out, "(and {:.2} GPU-hours delivered to jobs outside the current budget tree)", r.gpu_hours_outside_tree);
+    }
+    for w in &r.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+/// `allot report [--since D] [--json FILE]`.
+pub fn run(ledger: &Path, since: Option<&str>, json: Option<&Path>, now: i64) -> anyhow::Result<()> {
+    let since = match since {
+        Some(s) => parse_duration(s).map_err(|e| anyhow!("--since: {e}"))?,
+        None => 30 * 86400,
+    };
+    if since <= 0 {
+        return Err(anyhow!("--since {}: give a span longer than 0", format_duration(since)));
+    }
+    let l = Ledger::open_read_only(ledger)?;
+    let report = compute(&l, since, now)?;
+    if let Some(path) = json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    print!("{}", render(&report));
+    Ok(())
+}
