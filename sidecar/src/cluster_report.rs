@@ -37,7 +37,9 @@ use allot::contract::{Contract, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
 use allot::preempt::{PreemptRules, WaitingJob};
 use allot_ledger::Ledger;
-use allot_sim::metrics::{hourly, human, owed_by_node, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
+use allot::budget::BudgetTree;
+use allot_sim::metrics::{bucketed, hourly, human, owed_by_node, owed_by_node_and_bucket, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
+use allot_sim::plot::{self, Buckets, SharePanel};
 use anyhow::{anyhow, Context};
 use serde::Serialize;
 
@@ -122,8 +124,22 @@ struct JobFacts {
     allocated: bool,
 }
 
+/// Per budget leaf of the current tree, (time, change of GPUs) of its demand
+/// and of the GPUs its runs held, over the report's span: what the pictures
+/// draw.
+pub struct Timelines {
+    pub tree: BudgetTree,
+    pub demand: Vec<Vec<(i64, i64)>>,
+    pub held: Vec<Vec<(i64, i64)>>,
+}
+
 /// Computes the report of the span `[now - since, now)`.
 pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport> {
+    compute_with_timelines(l, since, now).map(|(report, _)| report)
+}
+
+/// The report, and the timelines it was computed from.
+pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Result<(ClusterReport, Timelines)> {
     let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
     let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
     let capacity = match (tree.settings.gpus, l.usage_snapshot()?) {
@@ -167,6 +183,7 @@ pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport
     let (mut delivered, mut charged, mut unallocated) = (vec![0i64; leaves], vec![0i64; leaves], vec![0i64; leaves]);
     let (mut total, mut total_unallocated, mut outside) = (0i64, 0i64, 0i64);
     let mut steps: Vec<(i64, i64)> = Vec::new();
+    let mut held_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
     let mut first_start: HashMap<u32, i64> = HashMap::new();
     let mut last_run: HashMap<u32, (i64, Option<&str>)> = HashMap::new();
     for r in &runs {
@@ -190,6 +207,7 @@ pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport
         match leaf_of(r.leaf.as_deref()) {
             Some(leaf) => {
                 let leaf = leaf as usize;
+                held_log[leaf].extend([(a, r.gpus as i64), (b, -(r.gpus as i64))]);
                 delivered[leaf] += gs;
                 if r.allocated {
                     charged[leaf] += gs;
@@ -340,7 +358,10 @@ pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport
     };
     let overall = wait_stats(waits, completed, preemptions, lost);
     let span = (to - from) as f64;
-    Ok(ClusterReport {
+    for log in &mut held_log {
+        log.sort_unstable();
+    }
+    let report = ClusterReport {
         ledger: l.path().to_owned(),
         budget_version: v.version,
         gpus: capacity,
@@ -369,7 +390,77 @@ pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport
         nodes,
         teams_at_95pct_of_owed: round6(if wanting > 0 { at_95 as f64 / wanting as f64 } else { 1.0 }),
         warnings,
-    })
+    };
+    Ok((report, Timelines { tree, demand: demand_log, held: held_log }))
+}
+
+/// A bucket for a picture of `span` seconds: about 120 of them, of a round length.
+pub fn picture_bucket(span: i64) -> i64 {
+    const ROUND: [i64; 9] = [10, 30, 60, 120, 300, 600, 900, 1800, 3600];
+    ROUND.into_iter().find(|&b| span / b <= 120).unwrap_or(3600)
+}
+
+/// `DIR/shares.png`: each budget leaf's GPUs held over the span against
+/// what it was owed and its share; with `under`, that node and every node
+/// below it (a budget owner's subtree).
+pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Timelines, under: Option<&str>) -> anyhow::Result<std::path::PathBuf> {
+    let tree = &t.tree;
+    let nodes: Vec<u32> = match under {
+        None => tree.leaves.clone(),
+        Some(path) => {
+            let top = tree.find(path).ok_or_else(|| anyhow!("--under {path}: the budget has no such node; its nodes are {}", tree.nodes.iter().filter(|n| !n.path.is_empty()).map(|n| n.path.as_str()).collect::<Vec<_>>().join(", ")))?;
+            // Nodes are stored parents first: the subtree is the node and those whose path extends it.
+            let prefix = format!("{}/", tree.node(top).path);
+            (0..tree.nodes.len() as u32).filter(|&id| id == top || tree.node(top).path.is_empty() || tree.node(id).path.starts_with(&prefix)).collect()
+        }
+    };
+    let len = picture_bucket(report.to - report.from);
+    let (from, to) = (report.from, report.to);
+    let demand: Vec<Vec<f64>> = t.demand.iter().map(|log| bucketed(log, from, to, len)).collect();
+    let owed = owed_by_node_and_bucket(tree, &demand, report.gpus, (from, to, len));
+    let held_leaf: Vec<Vec<f64>> = t.held.iter().map(|log| bucketed(log, from, to, len)).collect();
+    let buckets = held_leaf.first().map_or(1, Vec::len);
+    // A node holds what the leaves below it hold.
+    let mut held = vec![vec![0.0; buckets]; tree.nodes.len()];
+    for (leaf, &node) in tree.leaves.iter().enumerate() {
+        let mut at = Some(node);
+        while let Some(id) = at {
+            for (h, g) in held[id as usize].iter_mut().zip(&held_leaf[leaf]) {
+                *h += g;
+            }
+            at = tree.node(id).parent;
+        }
+    }
+    let mean = |v: &[f64]| v.iter().map(|g| g / len as f64).collect::<Vec<f64>>();
+    let panels: Vec<SharePanel> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| {
+            let n = tree.node(id);
+            let stats = report.nodes.iter().find(|s| s.path == n.path);
+            let ratio = match stats.and_then(|s| s.delivered_over_owed) {
+                Some(r) => format!("{:.0}% of owed", 100.0 * r),
+                None => "owed nothing".into(),
+            };
+            let name = if n.path.is_empty() { "(cluster)" } else { &n.path };
+            SharePanel {
+                caption: format!("{name} ({:.1}%): {ratio}", 100.0 * n.effective_share),
+                share_gpus: n.effective_share * report.gpus as f64,
+                held: mean(&held[id as usize]),
+                owed: mean(&owed[id as usize]),
+                color: plot::team_color(i, nodes.len()),
+            }
+        })
+        .collect();
+    let title = match under {
+        None => "the cluster: GPUs held per budget leaf".to_owned(),
+        Some("") => "the cluster: GPUs held per node of the budget tree".to_owned(),
+        Some(p) => format!("the cluster: GPUs held per node of {p}"),
+    };
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("shares.png");
+    plot::share_panels(&path, font, &title, Buckets { start: from, end: to, len }, &panels).with_context(|| format!("cannot draw {}", path.display()))?;
+    Ok(path)
 }
 
 /// The report as text: the cluster's figures, then the tree.
@@ -450,8 +541,23 @@ pub fn render(r: &ClusterReport) -> String {
     out
 }
 
-/// `allot report [--since D] [--json FILE]`.
-pub fn run(ledger: &Path, since: Option<&str>, json: Option<&Path>, now: i64) -> anyhow::Result<()> {
+/// What `allot report` was asked for.
+pub struct ReportArgs<'a> {
+    pub since: Option<&'a str>,
+    pub json: Option<&'a Path>,
+    pub plots: Option<&'a Path>,
+    pub under: Option<&'a str>,
+    pub font: &'a Path,
+}
+
+/// `allot report [--since D] [--json FILE] [--plots DIR [--under NODE]]`.
+pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()> {
+    let ReportArgs { since, json, plots, under, font } = *args;
+    if under.is_some() && plots.is_none() {
+        return Err(anyhow!("--under draws a subtree's pictures: give --plots DIR too"));
+    }
+    // A missing font fails before any work.
+    let font = plots.map(|_| plot::load_font(font)).transpose()?;
     let since = match since {
         Some(s) => parse_duration(s).map_err(|e| anyhow!("--since: {e}"))?,
         None => 30 * 86400,
@@ -460,11 +566,15 @@ pub fn run(ledger: &Path, since: Option<&str>, json: Option<&Path>, now: i64) ->
         return Err(anyhow!("--since {}: give a span longer than 0", format_duration(since)));
     }
     let l = Ledger::open_read_only(ledger)?;
-    let report = compute(&l, since, now)?;
+    let (report, timelines) = compute_with_timelines(&l, since, now)?;
     if let Some(path) = json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
     }
     print!("{}", render(&report));
+    if let (Some(dir), Some(font)) = (plots, font) {
+        let path = draw_shares(dir, &font, &report, &timelines, under)?;
+        println!("picture: {}", path.display());
+    }
     Ok(())
 }

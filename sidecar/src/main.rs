@@ -59,6 +59,16 @@ enum Command {
         /// Also write the report as JSON into FILE.
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Draw the pictures into DIR (shares.png: each budget's GPUs held
+        /// against owed and share).
+        #[arg(long, value_name = "DIR")]
+        plots: Option<PathBuf>,
+        /// Draw this budget node and every node below it, not the leaves.
+        #[arg(long, value_name = "NODE")]
+        under: Option<String>,
+        /// TrueType font for the pictures' text.
+        #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
+        font: PathBuf,
     },
     /// Why a job is where it is: its contract, runs, preemptions, and its
     /// budget's place in the fair-share order, level by level.
@@ -141,7 +151,10 @@ fn main() -> ExitCode {
         Command::History { limit } => history::run(&ledger, limit),
         Command::Watch { file } => watch_file(&inv, &file),
         Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
-        Command::Report { since, json } => cluster_report::run(&ledger, since.as_deref(), json.as_deref(), now()),
+        Command::Report { since, json, plots, under, font } => {
+            let args = cluster_report::ReportArgs { since: since.as_deref(), json: json.as_deref(), plots: plots.as_deref(), under: under.as_deref(), font: &font };
+            cluster_report::run(&ledger, &args, now())
+        }
         Command::Why { job } => report::why(&ledger, job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),

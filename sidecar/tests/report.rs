@@ -151,3 +151,31 @@ fn a_span_longer_than_the_records_starts_at_the_first_demand_record() {
     let a = r.nodes.iter().find(|n| n.path == "p/a").unwrap();
     assert!(close(a.delivered_gpu_hours, (4.0 * 5200.0 + 5600.0) / H), "{a:?}");
 }
+
+/// Width and height from a PNG's IHDR chunk.
+fn png_size(path: &std::path::Path) -> (u32, u32) {
+    let bytes = std::fs::read(path).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{} is not a PNG", path.display());
+    let be = |i: usize| u32::from_be_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    (be(16), be(20))
+}
+
+#[test]
+fn the_pictures_are_drawn_for_the_leaves_or_a_subtree() {
+    use allot_cli::cluster_report::{compute_with_timelines, draw_shares, picture_bucket};
+    let dir = tempfile::tempdir().unwrap();
+    let l = ledger(&dir);
+    let (r, t) = compute_with_timelines(&l, 7200, T0 + 7200).unwrap();
+    let font = allot_sim::plot::load_font(std::path::Path::new(allot_sim::plot::DEFAULT_FONT)).unwrap_or_else(|e| panic!("{e}"));
+    // Kept for a look when ALLOT_KEEP_PICTURES names a directory.
+    let out = std::env::var_os("ALLOT_KEEP_PICTURES").map(std::path::PathBuf::from).unwrap_or_else(|| dir.path().join("plots"));
+    let leaves = draw_shares(&out.join("leaves"), &font, &r, &t, None).unwrap();
+    assert_eq!(png_size(&leaves), (1500, 110 + 260));
+    // The root's subtree: 4 nodes, one row of panels; a deeper tree wraps at 3 a row.
+    let all = draw_shares(&out.join("all"), &font, &r, &t, Some("")).unwrap();
+    assert_eq!(png_size(&all).0, 1500);
+    let e = draw_shares(&out.join("x"), &font, &r, &t, Some("nosuch")).unwrap_err().to_string();
+    assert!(e.contains("--under nosuch: the budget has no such node; its nodes are p, p/a, b"), "{e}");
+    // About 120 buckets of a round length.
+    assert_eq!((picture_bucket(180), picture_bucket(900), picture_bucket(7200), picture_bucket(30 * 86400)), (10, 10, 60, 3600));
+}

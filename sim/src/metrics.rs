@@ -222,7 +222,13 @@ pub fn demand_at_submission(workload: &Workload, tree: &BudgetTree, outcome: &Ou
 /// GPU-seconds per hour bucket of a step function given as (time, change)
 /// pairs in time order, over `[start, end)`.
 pub fn hourly(log: &[(i64, i64)], start: i64, end: i64) -> Vec<f64> {
-    let buckets = ((end - start).max(0) as usize).div_ceil(HOUR as usize).max(1);
+    bucketed(log, start, end, HOUR)
+}
+
+/// The same with buckets of `len` seconds (pictures of short spans).
+pub fn bucketed(log: &[(i64, i64)], start: i64, end: i64, len: i64) -> Vec<f64> {
+    let len = len.max(1);
+    let buckets = ((end - start).max(0) as usize).div_ceil(len as usize).max(1);
     let mut out = vec![0.0; buckets];
     let mut level: i64 = 0;
     let mut t = start;
@@ -230,9 +236,9 @@ pub fn hourly(log: &[(i64, i64)], start: i64, end: i64) -> Vec<f64> {
         let mut a = from.max(start);
         let to = to.min(end);
         while a < to {
-            let b = ((a - start) / HOUR + 1) * HOUR + start;
+            let b = ((a - start) / len + 1) * len + start;
             let seg_end = b.min(to);
-            out[((a - start) / HOUR) as usize] += (level * (seg_end - a)) as f64;
+            out[((a - start) / len) as usize] += (level * (seg_end - a)) as f64;
             a = seg_end;
         }
     };
@@ -315,7 +321,7 @@ pub fn owed_in_hour_by_node(tree: &BudgetTree, leaf_demand: &[f64], capacity: f6
 pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
     let hours = demand.first().map_or(0, Vec::len);
     let mut owed = vec![vec![0.0; hours]; demand.len()];
-    for_each_owed_hour(tree, demand, capacity, start, end, |h, by_node| {
+    for_each_owed_bucket(tree, demand, capacity, (start, end, HOUR), |h, by_node| {
         for (l, &node) in tree.leaves.iter().enumerate() {
             owed[l][h] = by_node[node as usize];
         }
@@ -327,7 +333,7 @@ pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start
 /// the hours: [`owed_by_hour`] for every node, not only the leaves.
 pub fn owed_by_node(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {
     let mut owed = vec![0.0; tree.nodes.len()];
-    for_each_owed_hour(tree, demand, capacity, start, end, |_, by_node| {
+    for_each_owed_bucket(tree, demand, capacity, (start, end, HOUR), |_, by_node| {
         for (o, g) in owed.iter_mut().zip(by_node) {
             *o += g;
         }
@@ -335,12 +341,26 @@ pub fn owed_by_node(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start
     owed
 }
 
-/// Calls `f(hour, owed per node)` for each hour of `[start, end)`.
-fn for_each_owed_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64, mut f: impl FnMut(usize, &[f64])) {
+/// Owed GPU-seconds per node and bucket of `len` seconds (node-major), from
+/// demand per leaf in the same buckets ([`bucketed`]): [`owed_by_hour`] at
+/// another grain, for pictures of short spans.
+pub fn owed_by_node_and_bucket(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, (start, end, len): (i64, i64, i64)) -> Vec<Vec<f64>> {
+    let buckets = demand.first().map_or(0, Vec::len);
+    let mut owed = vec![vec![0.0; buckets]; tree.nodes.len()];
+    for_each_owed_bucket(tree, demand, capacity, (start, end, len), |b, by_node| {
+        for (o, g) in owed.iter_mut().zip(by_node) {
+            o[b] = *g;
+        }
+    });
+    owed
+}
+
+/// Calls `f(bucket, owed per node)` for each bucket of `len` seconds of `[start, end)`.
+fn for_each_owed_bucket(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, (start, end, bucket): (i64, i64, i64), mut f: impl FnMut(usize, &[f64])) {
     let hours = demand.first().map_or(0, Vec::len);
     let mut hour_demand = vec![0.0; demand.len()];
     for h in 0..hours {
-        let len = (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
+        let len = (end - (start + h as i64 * bucket)).clamp(0, bucket) as f64;
         for (d, leaf) in hour_demand.iter_mut().zip(demand) {
             *d = leaf[h];
         }

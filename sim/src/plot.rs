@@ -69,10 +69,31 @@ pub fn team_color(leaf: usize, leaves: usize) -> HSLColor {
     HSLColor(h, 0.65, l)
 }
 
+/// A time axis cut into equal buckets: `[start, end)` every `len` seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Buckets {
+    pub start: i64,
+    pub end: i64,
+    pub len: i64,
+}
+
+/// One panel of the shares picture: a budget node's GPUs held against what
+/// it was owed and its share of the cluster.
+#[derive(Debug, Clone)]
+pub struct SharePanel {
+    pub caption: String,
+    /// Its share of the cluster, in GPUs.
+    pub share_gpus: f64,
+    /// Mean GPUs held, and owed, in each bucket.
+    pub held: Vec<f64>,
+    pub owed: Vec<f64>,
+    pub color: HSLColor,
+}
+
 /// One panel per budget leaf: the GPUs its jobs held (hourly mean, filled),
 /// the GPUs it was owed (black) and its share of the cluster (dashed). The
 /// hours, and what was owed in them, are the report's.
-pub fn shares(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome) -> Result<(), PlotError> {
+pub fn shares(path: &Path, font: &Font, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome) -> Result<(), PlotError> {
     let leaves = tree.leaves.len();
     let capacity = cluster.capacity() as f64;
     let (start, end) = (outcome.start, outcome.end);
@@ -80,19 +101,60 @@ pub fn shares(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec
     let delivered: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|l| gpus(hourly(l, start, end))).collect();
     let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|l| hourly(l, start, end)).collect();
     let owed: Vec<Vec<f64>> = owed_by_hour(tree, &demand, cluster.capacity(), start, end).into_iter().map(gpus).collect();
-    let hours = delivered.first().map_or(0, Vec::len);
-    // Daily means read better than hourly noise over weeks; hourly for short runs.
-    let bin = if hours > 24 * 10 { 24 } else { 1 };
-    let smooth = |v: &[f64]| -> Vec<(f64, f64)> {
-        v.chunks(bin).enumerate().map(|(i, c)| (((i * bin) as f64 + c.len() as f64 / 2.0) / 24.0, c.iter().sum::<f64>() / c.len() as f64)).collect()
+    let panels: Vec<SharePanel> = (0..leaves)
+        .map(|l| {
+            let node = tree.leaf_node(l as u32);
+            let (total_del, total_owed): (f64, f64) = (delivered[l].iter().sum(), owed[l].iter().sum());
+            let ratio = if total_owed > 0.0 { format!("{:.0}% of owed", 100.0 * total_del / total_owed) } else { "owed nothing".into() };
+            SharePanel {
+                caption: format!("{} ({:.1}%): {ratio}", node.path, 100.0 * node.effective_share),
+                share_gpus: node.effective_share * capacity,
+                held: delivered[l].clone(),
+                owed: owed[l].clone(),
+                color: team_color(l, leaves),
+            }
+        })
+        .collect();
+    let title = format!("{}: GPUs held per budget leaf", outcome.policy.name());
+    share_panels(path, font, &title, Buckets { start, end, len: 3600 }, &panels)
+}
+
+/// A bucket length for people: `hourly`, `10 s`, `5 min`.
+fn bucket_name(len: i64) -> String {
+    match len {
+        3600 => "hourly".into(),
+        l if l % 60 == 0 => format!("{} min", l / 60),
+        l => format!("{l} s"),
+    }
+}
+
+/// The shares picture from its panels: the simulator's (one per leaf) and
+/// `allot report`'s (one per node of a subtree) alike.
+pub fn share_panels(path: &Path, _font: &Font, title: &str, buckets: Buckets, panels: &[SharePanel]) -> Result<(), PlotError> {
+    let n = panels.first().map_or(0, |p| p.held.len());
+    // Daily means read better than hourly noise over weeks.
+    let bin = if buckets.len == 3600 && n > 24 * 10 { 24 } else { 1 };
+    // At least one bucket wide; the axis in minutes, hours or days.
+    let span = (buckets.end - buckets.start).max(buckets.len.max(1)) as f64;
+    let (unit, unit_name) = if span <= 3.0 * 3600.0 {
+        (60.0, "minute")
+    } else if span <= 3.0 * 86400.0 {
+        (3600.0, "hour")
+    } else {
+        (86400.0, "day")
     };
-    let cols = if leaves <= 4 { leaves.max(1) } else { 3 };
-    let rows = leaves.div_ceil(cols).max(1);
+    let len = buckets.len as f64;
+    let smooth = |v: &[f64]| -> Vec<(f64, f64)> {
+        v.chunks(bin).enumerate().map(|(i, c)| (((i * bin) as f64 * len + c.len() as f64 * len / 2.0) / unit, c.iter().sum::<f64>() / c.len() as f64)).collect()
+    };
+    let count = panels.len();
+    let cols = if count <= 4 { count.max(1) } else { 3 };
+    let rows = count.div_ceil(cols).max(1);
     let (w, h) = (1500u32, 110 + 260 * rows as u32);
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let policy = outcome.policy.name();
-    let title = format!("{policy}: GPUs held per budget leaf ({} means), against owed and share", if bin == 24 { "daily" } else { "hourly" });
+    let means = if bin == 24 { "daily".to_owned() } else { bucket_name(buckets.len) };
+    let title = format!("{title} ({means} means), against owed and share");
     let (top, body) = root.split_vertically(70);
     top.draw(&Text::new(title, (20, 12), ("sans-serif", 26).into_font())).map_err(err)?;
     let legend = [("held (delivered)", RGBColor(90, 90, 90), false), ("owed", BLACK, false), ("share x GPUs", RGBColor(200, 30, 30), true)];
@@ -110,45 +172,40 @@ pub fn shares(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec
         }
         top.draw(&Text::new(name.to_string(), (x + 44, 46), ("sans-serif", 18).into_font())).map_err(err)?;
     }
-    let panels = body.split_evenly((rows, cols));
-    // At least an hour wide.
-    let days = (end - start).max(3600) as f64 / 86400.0;
-    for (l, panel) in panels.iter().enumerate().take(leaves) {
-        let node = tree.leaf_node(l as u32);
-        let color = team_color(l, leaves);
-        let share_gpus = node.effective_share * capacity;
-        let del = smooth(&delivered[l]);
-        let owe = smooth(&owed[l]);
-        let ymax = del.iter().chain(owe.iter()).map(|p| p.1).fold(share_gpus, f64::max) * 1.15 + 1.0;
-        let total_del: f64 = delivered[l].iter().sum();
-        let total_owed: f64 = owed[l].iter().sum();
-        let ratio = if total_owed > 0.0 { format!("{:.0}% of owed", 100.0 * total_del / total_owed) } else { "owed nothing".into() };
-        let mut chart = ChartBuilder::on(panel)
-            .caption(format!("{} ({:.1}%): {ratio}", node.path, 100.0 * node.effective_share), ("sans-serif", 17))
+    let areas = body.split_evenly((rows, cols));
+    let x_max = span / unit;
+    for (p, area) in panels.iter().zip(areas.iter()) {
+        let del = smooth(&p.held);
+        let owe = smooth(&p.owed);
+        let ymax = del.iter().chain(owe.iter()).map(|p| p.1).fold(p.share_gpus, f64::max) * 1.15 + 1.0;
+        let mut chart = ChartBuilder::on(area)
+            .caption(&p.caption, ("sans-serif", 17))
             .margin(8)
             .x_label_area_size(40)
             .y_label_area_size(48)
-            .build_cartesian_2d(0.0..days, 0.0..ymax)
+            .build_cartesian_2d(0.0..x_max, 0.0..ymax)
             .map_err(err)?;
         chart
             .configure_mesh()
-            .x_desc("day")
+            .x_desc(unit_name)
             .y_desc("GPUs")
-            .y_label_formatter(&|y| format!("{y:.0}"))
+            // Whole GPUs only: a tick at 0.5 would print as a second "0".
+            .y_label_formatter(&|y| if (y - y.round()).abs() < 1e-6 { format!("{y:.0}") } else { String::new() })
             .x_label_formatter(&|x| format!("{x:.0}"))
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 14))
             .light_line_style(WHITE.mix(0.0))
             .draw()
             .map_err(err)?;
+        let color = p.color;
         chart.draw_series(AreaSeries::new(del.iter().copied(), 0.0, color.mix(0.45)).border_style(ShapeStyle::from(&color).stroke_width(1))).map_err(err)?;
         chart.draw_series(LineSeries::new(owe.iter().copied(), ShapeStyle::from(&BLACK).stroke_width(2))).map_err(err)?;
         // Dashed share line.
         let red = ShapeStyle::from(&RGBColor(200, 30, 30)).stroke_width(2);
-        let dash = days / 60.0;
+        let dash = x_max / 60.0;
         let mut x = 0.0;
-        while x < days {
-            chart.draw_series(std::iter::once(PathElement::new(vec![(x, share_gpus), ((x + dash * 0.6).min(days), share_gpus)], red))).map_err(err)?;
+        while x < x_max {
+            chart.draw_series(std::iter::once(PathElement::new(vec![(x, p.share_gpus), ((x + dash * 0.6).min(x_max), p.share_gpus)], red))).map_err(err)?;
             x += dash;
         }
     }
@@ -173,7 +230,7 @@ fn hatch(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, (x0, y0): (i
 }
 
 /// One row per GPU, one bar per run, one hue per budget leaf; hatched
-/// where the run could be preempted, edged in red where it was.
+/// where the run could be preempted, ended by a black bar where it was.
 pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec, outcome: &Outcome, (from, to): (i64, i64)) -> Result<(), PlotError> {
     let gpus = cluster.capacity();
     if gpus > GANTT_MAX_GPUS {
@@ -234,7 +291,9 @@ pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec,
                     hatch(&root, (p.0, a.1), b, ShapeStyle::from(&WHITE.mix(0.85)).stroke_width(1))?;
                 }
                 if matches!(r.ended, RunEnd::Preempted { .. }) && r.end <= to {
-                    root.draw(&Rectangle::new([a, b], ShapeStyle::from(&RED).stroke_width(2))).map_err(err)?;
+                    // A black bar at the run's end: an outline would fill a
+                    // 4-pixel row, and some team's hue is close to any colour.
+                    root.draw(&Rectangle::new([(b.0 - 3, a.1), (b.0, b.1)], BLACK.filled())).map_err(err)?;
                 }
             }
         }
@@ -264,8 +323,8 @@ pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec,
     root.draw(&Text::new("hatched: preemptible (unallocated, or past its minimum runtime)".to_string(), (58, y), ("sans-serif", 15).into_font()))
         .map_err(err)?;
     root.draw(&Rectangle::new([(640, y), (670, y + 16)], RGBColor(120, 120, 120).filled())).map_err(err)?;
-    root.draw(&Rectangle::new([(640, y), (670, y + 16)], ShapeStyle::from(&RED).stroke_width(2))).map_err(err)?;
-    root.draw(&Text::new("red edge: preempted".to_string(), (678, y), ("sans-serif", 15).into_font())).map_err(err)?;
+    root.draw(&Rectangle::new([(667, y), (670, y + 16)], BLACK.filled())).map_err(err)?;
+    root.draw(&Text::new("black bar at the end: preempted".to_string(), (678, y), ("sans-serif", 15).into_font())).map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
