@@ -3,7 +3,7 @@
 # Slurm release and to run real Slurm clusters of those releases on this host,
 # on Debian 12 (bookworm), as root.
 #
-# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging]
+# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--browser]
 #   --slurm RELEASE  22.05 (the default), 24.11, or all; may be repeated.
 #                    22.05: Debian 12's Slurm 22.05.8 daemons, clients and
 #                      headers on this host, and its source tree (apt-get source).
@@ -19,6 +19,8 @@
 #                    22.05 and in the Debian 13 root for 24.11: the test
 #                    clusters with accounting (scripts/cluster.sh ALLOT_ACCOUNTING=1).
 #   --packaging      also cargo-deb (cargo install --locked), for scripts/package.sh.
+#   --browser        also Debian's Chromium, which the test of `allot serve`
+#                    drives headless (loads the page, keeps a screenshot).
 # Always: libclang (bindgen, in slurm-sys/build.rs), a C toolchain (the cc
 # crate), munge, and a font for the simulator's pictures.
 #
@@ -46,13 +48,14 @@ meta_version() { awk '$1 == "Version:" { print $2; exit }' "$1"; }
 # A Debian version's upstream part: no epoch, no Debian revision.
 upstream_of() { local v=${1#*:}; echo "${v%-*}"; }
 
-releases=() accounting=0 packaging=0
+releases=() accounting=0 packaging=0 browser=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --slurm) [[ $# -ge 2 ]] || usage; releases+=("$2"); shift 2 ;;
         --slurm=*) releases+=("${1#*=}"); shift ;;
         --accounting) accounting=1; shift ;;
         --packaging) packaging=1; shift ;;
+        --browser) browser=1; shift ;;
         -h|--help) usage ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -160,10 +163,12 @@ host_mirrors
 #                         the daemons, sbatch/squeue/..., headers and libslurm
 #   24.11: debootstrap    makes the Debian 13 root
 #   --accounting (22.05): slurmdbd mariadb-server
+#   --browser:            chromium
 packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core)
 has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
 has_release 24.11 && packages+=(debootstrap)
 ((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
+((browser)) && packages+=(chromium)
 
 # One dpkg-query for all of them (fast): status abbreviation "ii" means
 # installed; packages dpkg has never heard of are simply absent from its output

@@ -264,6 +264,20 @@ impl Ledger {
         })
     }
 
+    /// Jobs waiting as the ledger last heard: recorded with schema 3 or
+    /// later (older rows have no end), not ended, no run going on. By submission.
+    pub fn waiting_contracts(&self) -> Result<Vec<ContractRow>> {
+        self.read(|c| {
+            let mut stmt = c.prepare(&format!(
+                "SELECT {CONTRACT_COLUMNS} FROM contracts c WHERE end_time IS NULL AND gpus IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.run_end IS NULL)
+                 ORDER BY submit_time, job_id"
+            ))?;
+            let rows = stmt.query_map([], |r| Ok(row_to_contract(r)?.0))?;
+            rows.collect()
+        })
+    }
+
     /// Each leaf's demand rows over `[from, ...)`: the row in force at
     /// `from` (if any) and every later one, by leaf then time.
     pub fn demand_since(&self, from: i64) -> Result<Vec<DemandRow>> {

@@ -432,6 +432,12 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
         }
     }
     let mean = |v: &[f64]| v.iter().map(|g| g / len as f64).collect::<Vec<f64>>();
+    // Of the leaves, only those that wanted or held GPUs: an empty panel
+    // per idle budget would bury the others. A subtree is drawn whole.
+    let idle = |id: u32| owed[id as usize].iter().all(|&g| g == 0.0) && held[id as usize].iter().all(|&g| g == 0.0);
+    let busy: Vec<u32> = nodes.iter().copied().filter(|&id| !idle(id)).collect();
+    let quiet = nodes.len() - busy.len();
+    let nodes = if under.is_none() && !busy.is_empty() { busy } else { nodes };
     let panels: Vec<SharePanel> = nodes
         .iter()
         .enumerate()
@@ -453,6 +459,7 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
         })
         .collect();
     let title = match under {
+        None if quiet > 0 => format!("the cluster: GPUs held per budget leaf that wanted any ({quiet} wanted none)"),
         None => "the cluster: GPUs held per budget leaf".to_owned(),
         Some("") => "the cluster: GPUs held per node of the budget tree".to_owned(),
         Some(p) => format!("the cluster: GPUs held per node of {p}"),
@@ -541,6 +548,59 @@ pub fn render(r: &ClusterReport) -> String {
     out
 }
 
+/// The queue picture draws at most this many jobs.
+pub const QUEUE_PICTURE_ROWS: usize = 40;
+
+/// `DIR/queue.png`: the jobs the ledger has as waiting, in allot's order
+/// under the plugins' last ranking, each with its budget's standing level
+/// by level (`allot why` for all of them at a glance).
+pub fn draw_queue(dir: &Path, font: &plot::Font, l: &Ledger, tree: &BudgetTree) -> anyhow::Result<std::path::PathBuf> {
+    let (rows, more, title) = queue_rows(l, tree)?;
+    let rows: Vec<plot::QueueRow> = rows.into_iter().map(|(_, row)| row).collect();
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let path = dir.join("queue.png");
+    plot::queue(&path, font, &title, &rows, more).with_context(|| format!("cannot draw {}", path.display()))?;
+    Ok(path)
+}
+
+/// The queue picture's rows (at most [`QUEUE_PICTURE_ROWS`]) with their
+/// jobs, how many more jobs wait, and its title.
+pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<(Vec<(u32, plot::QueueRow)>, usize, String)> {
+    use allot::order::{order_jobs, PendingJob};
+    let waiting = l.waiting_contracts().context("reading the waiting jobs")?;
+    let snapshot = l.usage_snapshot()?;
+    let ranking = snapshot.as_ref().map(|s| s.ranking(tree));
+    let jobs: Vec<(PendingJob, &allot_ledger::ContractRow)> = waiting
+        .iter()
+        .filter_map(|c| {
+            let leaf = c.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf)?;
+            let priority = PriorityLevel::parse(&c.priority).unwrap_or_default();
+            Some((PendingJob { job_id: c.job_id, leaf, allocated: c.min_runtime > 0, priority, submit_time: c.submit_time }, c))
+        })
+        .collect();
+    let mut rows = Vec::new();
+    if let Some(ranking) = &ranking {
+        let pending: Vec<PendingJob> = jobs.iter().map(|(p, _)| *p).collect();
+        for i in order_jobs(ranking, &pending).into_iter().take(QUEUE_PICTURE_ROWS) {
+            let (p, c) = &jobs[i];
+            let tier = if p.allocated { format!("{} {}", format_duration(c.min_runtime), c.priority) } else { "unallocated".to_owned() };
+            let levels = ranking
+                .levels_of(p.leaf)
+                .into_iter()
+                .map(|node| {
+                    let s = ranking.standings[node as usize];
+                    let name = tree.node(node).path.rsplit('/').next().unwrap_or("").to_owned();
+                    plot::LevelStanding { name, ratio: s.ratio, sibling_rank: s.sibling_rank, siblings: s.siblings }
+                })
+                .collect();
+            rows.push((c.job_id, plot::QueueRow { label: format!("job {} ({}): {} GPUs, {tier}", c.job_id, c.user, c.gpus.unwrap_or(0)), levels }));
+        }
+    }
+    let at = snapshot.map_or("no ranking recorded yet".to_owned(), |s| format!("ranked at {}", crate::format_time(s.computed_at)));
+    let more = jobs.len().saturating_sub(rows.len());
+    Ok((rows, more, format!("waiting jobs in allot's order ({at})")))
+}
+
 /// What `allot report` was asked for.
 pub struct ReportArgs<'a> {
     pub since: Option<&'a str>,
@@ -574,6 +634,8 @@ pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()>
     print!("{}", render(&report));
     if let (Some(dir), Some(font)) = (plots, font) {
         let path = draw_shares(dir, &font, &report, &timelines, under)?;
+        println!("picture: {}", path.display());
+        let path = draw_queue(dir, &font, &l, &timelines.tree)?;
         println!("picture: {}", path.display());
     }
     Ok(())

@@ -9,6 +9,7 @@ pub mod history;
 pub mod identity;
 pub mod ledger_cmd;
 pub mod report;
+pub mod serve;
 pub mod sync;
 pub mod watch;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{associations, budget_cmd, cluster_report, history, identity, ledger_cmd, now, report, sync, watch};
+use allot_cli::{associations, budget_cmd, cluster_report, history, identity, ledger_cmd, now, report, serve, sync, watch};
 use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
@@ -66,6 +66,21 @@ enum Command {
         /// Draw this budget node and every node below it, not the leaves.
         #[arg(long, value_name = "NODE")]
         under: Option<String>,
+        /// TrueType font for the pictures' text.
+        #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
+        font: PathBuf,
+    },
+    /// A read-only web page over the ledger: the figures of `allot report`,
+    /// the tree, the waiting jobs in allot's order, any job's `allot why`,
+    /// the pictures; and /metrics for Prometheus.
+    Serve {
+        /// Address to listen on (localhost by default: put a proxy in front
+        /// to show it further).
+        #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR:PORT")]
+        listen: String,
+        /// The span of the figures, ending now (default 30d).
+        #[arg(long, value_name = "DURATION")]
+        since: Option<String>,
         /// TrueType font for the pictures' text.
         #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
         font: PathBuf,
@@ -155,6 +170,7 @@ fn main() -> ExitCode {
             let args = cluster_report::ReportArgs { since: since.as_deref(), json: json.as_deref(), plots: plots.as_deref(), under: under.as_deref(), font: &font };
             cluster_report::run(&ledger, &args, now())
         }
+        Command::Serve { listen, since, font } => serve::run(&ledger, &listen, since.as_deref(), &font),
         Command::Why { job } => report::why(&ledger, job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),

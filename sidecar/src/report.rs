@@ -1,5 +1,6 @@
 //! `allot usage` and `allot why`: what the ledger knows, explained.
 
+use std::fmt::Write as _;
 use std::path::Path;
 
 use allot::budget::BudgetTree;
@@ -83,21 +84,27 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
 /// `allot why JOB`: the job's contract, runs and events, and where its leaf
 /// stands in the fair-share order, level by level.
 pub fn why(ledger: &Path, job: u32) -> anyhow::Result<()> {
-    let l = Ledger::open_read_only(ledger)?;
-    let (_, tree) = current_tree(&l)?;
+    print!("{}", why_text(&Ledger::open_read_only(ledger)?, job)?);
+    Ok(())
+}
+
+/// What `allot why JOB` prints (`allot serve` shows it too).
+pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
+    let mut out = String::new();
+    let (_, tree) = current_tree(l)?;
     let contract = l.contract(job)?;
     let runs = l.runs_of_job(job)?;
     let events = l.events_of_job(job)?;
     if contract.is_none() && runs.is_empty() {
         return Err(anyhow!("the ledger has no job {job} (the plugins record jobs within one RecomputePeriod of submission)"));
     }
-    println!("job {job}");
+    let _ = writeln!(out, "job {job}");
     let leaf_path = contract.as_ref().and_then(|c| c.leaf.clone()).or_else(|| runs.iter().find_map(|r| r.leaf.clone()));
     if let Some(c) = &contract {
         let kind = if c.min_runtime > 0 { "allocated: charged to its budget and protected" } else { "unallocated: free, preemptible at any time" };
-        println!("  user {}, account {}, budget {}", c.user, c.account.as_deref().unwrap_or("-"), c.leaf.as_deref().unwrap_or("(outside the budget tree)"));
-        println!("  contract: min_runtime={} priority={} ({kind}); {}", format_duration(c.min_runtime), c.priority, if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" });
-        println!("  submitted {}", crate::format_time(c.submit_time));
+        let _ = writeln!(out, "  user {}, account {}, budget {}", c.user, c.account.as_deref().unwrap_or("-"), c.leaf.as_deref().unwrap_or("(outside the budget tree)"));
+        let _ = writeln!(out, "  contract: min_runtime={} priority={} ({kind}); {}", format_duration(c.min_runtime), c.priority, if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" });
+        let _ = writeln!(out, "  submitted {}", crate::format_time(c.submit_time));
     }
     for (i, r) in runs.iter().enumerate() {
         let end = match r.run_end {
@@ -105,31 +112,31 @@ pub fn why(ledger: &Path, job: u32) -> anyhow::Result<()> {
             None => "still running".to_owned(),
         };
         let charge = if r.allocated { "charged" } else { "not charged" };
-        println!("  run {}: {} GPUs from {} {end}; {charge}", i + 1, r.gpus, crate::format_time(r.run_start));
+        let _ = writeln!(out, "  run {}: {} GPUs from {} {end}; {charge}", i + 1, r.gpus, crate::format_time(r.run_start));
     }
     for e in &events {
-        println!("  {} {}: {}", crate::format_time(e.at), e.kind, e.detail);
+        let _ = writeln!(out, "  {} {}: {}", crate::format_time(e.at), e.kind, e.detail);
     }
-    let Some(path) = leaf_path else { return Ok(()) };
+    let Some(path) = leaf_path else { return Ok(out) };
     let Some(leaf) = tree.find(&path).and_then(|n| tree.node(n).leaf) else {
-        println!("  its budget {path} is no longer in the budget tree");
-        return Ok(());
+        let _ = writeln!(out, "  its budget {path} is no longer in the budget tree");
+        return Ok(out);
     };
-    let Some((ranking, at)) = last_ranking(&l, &tree)? else {
-        println!("  no usage recorded yet: every budget ranks as unused");
-        return Ok(());
+    let Some((ranking, at)) = last_ranking(l, &tree)? else {
+        let _ = writeln!(out, "  no usage recorded yet: every budget ranks as unused");
+        return Ok(out);
     };
-    println!(
+    let _ = writeln!(out, 
         "  queue position: allocated jobs first, then by budget (this one ranks {} of {} at {}), then declared priority, then submit time",
         ranking.leaf_rank[leaf as usize] + 1,
         ranking.leaves(),
         crate::format_time(at)
     );
-    println!("  why the budget ranks there, level by level (lower use of its share ranks higher):");
+    let _ = writeln!(out, "  why the budget ranks there, level by level (lower use of its share ranks higher):");
     for node in ranking.levels_of(leaf) {
         let s = ranking.standings[node as usize];
         let n = tree.node(node);
-        println!(
+        let _ = writeln!(out, 
             "    {:<28} {} of {} among its siblings: used {} of {} GPU-hours owed in the window ({:.2} of its share)",
             n.path,
             s.sibling_rank + 1,
@@ -139,7 +146,7 @@ pub fn why(ledger: &Path, job: u32) -> anyhow::Result<()> {
             s.ratio
         );
     }
-    Ok(())
+    Ok(out)
 }
 
 fn print_table(rows: &[[String; 7]], right: &[usize]) {

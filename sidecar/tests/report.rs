@@ -10,15 +10,15 @@ const H: f64 = 3600.0;
 /// 4 GPUs; the root splits evenly between project p (one team, a) and team b.
 const BUDGET: &str = "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
 
-fn demand(leaf: &str, at: i64, pending: u32, running: u32, running_unallocated: u32) -> DemandRow {
-    DemandRow { leaf: leaf.into(), at: T0 + at, pending_allocated: pending, pending_unallocated: 0, running_allocated: running, running_unallocated }
+fn demand(t0: i64, leaf: &str, at: i64, pending: u32, running: u32, running_unallocated: u32) -> DemandRow {
+    DemandRow { leaf: leaf.into(), at: t0 + at, pending_allocated: pending, pending_unallocated: 0, running_allocated: running, running_unallocated }
 }
 
-fn run(job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocated: bool, reason: Option<&str>) -> RunUpdate {
+fn run(t0: i64, job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocated: bool, reason: Option<&str>) -> RunUpdate {
     RunUpdate::Open(RunRow {
         job_id,
-        run_start: T0 + start,
-        run_end: end.map(|e| T0 + e),
+        run_start: t0 + start,
+        run_end: end.map(|e| t0 + e),
         leaf: Some(leaf.into()),
         account: None,
         user: None,
@@ -28,7 +28,7 @@ fn run(job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocat
     })
 }
 
-fn contract(job_id: u32, leaf: &str, submit: i64, min_runtime: i64, gpus: u32, resumable: bool) -> ContractRow {
+fn contract(t0: i64, job_id: u32, leaf: &str, submit: i64, min_runtime: i64, gpus: u32, resumable: bool) -> ContractRow {
     ContractRow {
         job_id,
         user: "u".into(),
@@ -37,7 +37,7 @@ fn contract(job_id: u32, leaf: &str, submit: i64, min_runtime: i64, gpus: u32, r
         min_runtime,
         priority: "normal".into(),
         resumable,
-        submit_time: T0 + submit,
+        submit_time: t0 + submit,
         comment: String::new(),
         gpus: Some(gpus),
     }
@@ -51,33 +51,37 @@ fn contract(job_id: u32, leaf: &str, submit: i64, min_runtime: i64, gpus: u32, r
 /// - job 4 (b, 8 GPUs, 2 h) is submitted at 5000 and never starts.
 /// - job 5 (a) is submitted at 6000 and cancelled at 6500 without starting.
 fn ledger(dir: &tempfile::TempDir) -> Ledger {
+    ledger_at(dir, T0)
+}
+
+fn ledger_at(dir: &tempfile::TempDir, t0: i64) -> Ledger {
     let mut l = Ledger::open(dir.path().join("ledger.db")).unwrap();
     let tree = BudgetTree::parse(BUDGET).unwrap();
-    l.sync_budget(BUDGET, &tree, "admin", "b.toml", T0 - 5000).unwrap();
+    l.sync_budget(BUDGET, &tree, "admin", "b.toml", t0 - 5000).unwrap();
     let period = Period {
         runs: vec![
-            run(1, "p/a", 4, -1000, Some(4200), true, Some("preempted")),
-            run(2, "b", 2, 4200, None, true, None),
-            run(3, "p/a", 2, 4200, Some(7000), false, Some("completed")),
+            run(t0, 1, "p/a", 4, -1000, Some(4200), true, Some("preempted")),
+            run(t0, 2, "b", 2, 4200, None, true, None),
+            run(t0, 3, "p/a", 2, 4200, Some(7000), false, Some("completed")),
         ],
         contracts: vec![
-            contract(1, "p/a", -1200, 3600, 4, false),
-            contract(2, "b", 3600, 600, 2, true),
-            contract(3, "p/a", 4000, 0, 2, true),
-            contract(4, "b", 5000, 7200, 8, true),
-            contract(5, "p/a", 6000, 3600, 1, true),
+            contract(t0, 1, "p/a", -1200, 3600, 4, false),
+            contract(t0, 2, "b", 3600, 600, 2, true),
+            contract(t0, 3, "p/a", 4000, 0, 2, true),
+            contract(t0, 4, "b", 5000, 7200, 8, true),
+            contract(t0, 5, "p/a", 6000, 3600, 1, true),
         ],
-        events: vec![EventRow { at: T0 + 4100, job_id: 1, kind: "preempted".into(), detail: String::new() }],
+        events: vec![EventRow { at: t0 + 4100, job_id: 1, kind: "preempted".into(), detail: String::new() }],
         demand: vec![
-            demand("p/a", -1000, 0, 4, 0),
-            demand("p/a", 4200, 4, 0, 2),
-            demand("p/a", 7000, 4, 0, 0),
-            demand("b", -1000, 0, 0, 0),
-            demand("b", 3600, 2, 0, 0),
-            demand("b", 4200, 0, 2, 0),
-            demand("b", 5000, 8, 2, 0),
+            demand(t0, "p/a", -1000, 0, 4, 0),
+            demand(t0, "p/a", 4200, 4, 0, 2),
+            demand(t0, "p/a", 7000, 4, 0, 0),
+            demand(t0, "b", -1000, 0, 0, 0),
+            demand(t0, "b", 3600, 2, 0, 0),
+            demand(t0, "b", 4200, 0, 2, 0),
+            demand(t0, "b", 5000, 8, 2, 0),
         ],
-        job_ends: vec![JobEnd { job_id: 3, at: T0 + 7000 }, JobEnd { job_id: 5, at: T0 + 6500 }],
+        job_ends: vec![JobEnd { job_id: 3, at: t0 + 7000 }, JobEnd { job_id: 5, at: t0 + 6500 }],
         snapshot: None,
     };
     l.record_period(&period).unwrap();
@@ -176,6 +180,109 @@ fn the_pictures_are_drawn_for_the_leaves_or_a_subtree() {
     assert_eq!(png_size(&all).0, 1500);
     let e = draw_shares(&out.join("x"), &font, &r, &t, Some("nosuch")).unwrap_err().to_string();
     assert!(e.contains("--under nosuch: the budget has no such node; its nodes are p, p/a, b"), "{e}");
+    // The queue: jobs 1 (preempted, waiting again) and 4 wait; b used less
+    // of its share than a in the plugins' last ranking, so b's job 4 goes first.
+    use allot_cli::cluster_report::{draw_queue, queue_rows};
+    let mut w = Ledger::open(dir.path().join("ledger.db")).unwrap();
+    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
+    let snapshot = allot_ledger::UsageSnapshot { computed_at: T0 + 7200, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
+    w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
+    let (rows, more, _) = queue_rows(&l, &t.tree).unwrap();
+    let labels: Vec<&str> = rows.iter().map(|(_, r)| r.label.as_str()).collect();
+    assert_eq!((labels, more), (vec!["job 4 (u): 8 GPUs, 2h normal", "job 1 (u): 4 GPUs, 1h normal"], 0));
+    let names: Vec<&str> = rows[1].1.levels.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["p", "a"], "job 1's budget, level by level");
+    assert_eq!((rows[0].1.levels[0].sibling_rank, rows[1].1.levels[0].sibling_rank), (0, 1));
+    assert_eq!((rows[0].0, rows[1].0), (4, 1));
+    let q = draw_queue(&out.join("leaves"), &font, &l, &t.tree).unwrap();
+    assert_eq!(png_size(&q).0, 330 + 300 * 2 + 30);
     // About 120 buckets of a round length.
     assert_eq!((picture_bucket(180), picture_bucket(900), picture_bucket(7200), picture_bucket(30 * 86400)), (10, 10, 60, 3600));
+}
+
+/// `allot serve` in a real headless browser (Debian's Chromium): the page
+/// shows the tree, the waiting jobs and the pictures, a job's explanation
+/// opens, `/metrics` speaks Prometheus; a screenshot is kept in
+/// `target/test-artifacts/allot-serve.png`.
+#[test]
+fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
+    use std::io::{BufRead, Read, Write};
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"].into_iter().find(|p| std::path::Path::new(p).exists());
+    let chromium = chromium.expect("this test drives Debian's Chromium: apt-get install chromium (scripts/install-deps.sh --browser installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let t0 = now - 7200;
+    let l = ledger_at(&dir, t0);
+    drop(l);
+    let mut w = Ledger::open(dir.path().join("ledger.db")).unwrap();
+    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
+    let snapshot = allot_ledger::UsageSnapshot { computed_at: now, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
+    w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
+
+    /// The server, killed when the test ends however it ends.
+    struct Serving(std::process::Child);
+    impl Drop for Serving {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let ledger_path = dir.path().join("ledger.db");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["--ledger", ledger_path.to_str().unwrap(), "serve", "--listen", "127.0.0.1:0", "--since", "2h"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut first).unwrap();
+    let _serving = Serving(child);
+    assert!(first.starts_with("allot serve: http://127.0.0.1:"), "{first}");
+    let url = first.split_whitespace().nth(2).unwrap().to_owned();
+    let addr = url.trim_start_matches("http://").trim_end_matches('/').to_owned();
+
+    let profile = tempfile::tempdir().unwrap();
+    let browser = |args: &[&str]| {
+        let out = std::process::Command::new(chromium)
+            .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", &format!("--user-data-dir={}", profile.path().display())])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "chromium {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let page = browser(&["--dump-dom", &url]);
+    for wanted in ["(cluster)", "title=\"p/a\"", "Budgets", "Waiting jobs", "job 4 (u): 8 GPUs, 2h normal", "/why?job=4", "src=\"/shares.png\""] {
+        assert!(page.contains(wanted), "{wanted:?} not in the page:\n{page}");
+    }
+    let why = browser(&["--dump-dom", &format!("{url}why?job=1")]);
+    assert!(why.contains("contract: min_runtime=1h") && why.contains("preempted"), "job 1's explanation:\n{why}");
+    let unknown = browser(&["--dump-dom", &format!("{url}why?job=99")]);
+    assert!(unknown.contains("the ledger has no job 99"), "{unknown}");
+
+    // The screenshot, kept as the test's artifact.
+    let artifacts = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let shot = artifacts.join("allot-serve.png");
+    let _ = std::fs::remove_file(&shot);
+    browser(&["--window-size=1400,1500", &format!("--screenshot={}", shot.display()), &url]);
+    assert_eq!(png_size(&shot), (1400, 1500), "{}", shot.display());
+
+    // /metrics and the pictures, over plain HTTP.
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut body = Vec::new();
+        s.read_to_end(&mut body).unwrap();
+        body
+    };
+    let metrics = String::from_utf8(get("/metrics")).unwrap();
+    for wanted in ["application/openmetrics-text", "allot_owed_gpu_hours{budget=\"p/a\"} ", "allot_delivered_gpu_hours{budget=\"/\"} ", "allot_waiting_jobs 2", "allot_ledger_ok 1", "allot_gpus 4", "# EOF"] {
+        assert!(metrics.contains(wanted), "{wanted:?} not in /metrics:\n{metrics}");
+    }
+    for picture in ["/shares.png", "/queue.png"] {
+        let body = get(picture);
+        let start = body.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        assert_eq!(&body[start..start + 8], b"\x89PNG\r\n\x1a\n", "{picture} is not a PNG");
+    }
+    assert!(String::from_utf8_lossy(&get("/nosuch")).starts_with("HTTP/1.0 404") || String::from_utf8_lossy(&get("/nosuch")).starts_with("HTTP/1.1 404"));
 }

@@ -191,7 +191,7 @@ pub fn share_panels(path: &Path, _font: &Font, title: &str, buckets: Buckets, pa
             .y_desc("GPUs")
             // Whole GPUs only: a tick at 0.5 would print as a second "0".
             .y_label_formatter(&|y| if (y - y.round()).abs() < 1e-6 { format!("{y:.0}") } else { String::new() })
-            .x_label_formatter(&|x| format!("{x:.0}"))
+            .x_label_formatter(&|x| if (x - x.round()).abs() < 1e-6 { format!("{x:.0}") } else { String::new() })
             .label_style(("sans-serif", 13))
             .axis_desc_style(("sans-serif", 14))
             .light_line_style(WHITE.mix(0.0))
@@ -208,6 +208,90 @@ pub fn share_panels(path: &Path, _font: &Font, title: &str, buckets: Buckets, pa
             chart.draw_series(std::iter::once(PathElement::new(vec![(x, p.share_gpus), ((x + dash * 0.6).min(x_max), p.share_gpus)], red))).map_err(err)?;
             x += dash;
         }
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
+/// One waiting job in the queue picture, and its budget's standing at
+/// each level of the tree, top level first.
+#[derive(Debug, Clone)]
+pub struct QueueRow {
+    pub label: String,
+    pub levels: Vec<LevelStanding>,
+}
+
+/// A budget node's standing among its siblings.
+#[derive(Debug, Clone)]
+pub struct LevelStanding {
+    pub name: String,
+    /// Use of its share in the window: 0 unused, 1 exactly its share.
+    pub ratio: f64,
+    pub sibling_rank: u32,
+    pub siblings: u32,
+}
+
+/// A use-of-share ratio for people: `1.25x`, `0.0042x` (small ones keep
+/// two significant digits, so that they still tell budgets apart), `0x`.
+pub fn ratio_text(ratio: f64) -> String {
+    if ratio >= 0.1 || !ratio.is_finite() {
+        format!("{ratio:.2}x")
+    } else if ratio <= 0.0 {
+        "0x".to_owned()
+    } else {
+        let decimals = (-ratio.log10()).ceil() as usize + 1;
+        format!("{ratio:.decimals$}x")
+    }
+}
+
+/// Green for a budget under its share, red over it, white at it.
+fn ratio_color(ratio: f64) -> RGBColor {
+    let mix = |a: u8, b: u8, t: f64| (a as f64 + (b as f64 - a as f64) * t.clamp(0.0, 1.0)).round() as u8;
+    if ratio <= 1.0 {
+        let t = 1.0 - ratio;
+        RGBColor(mix(255, 120, t), mix(255, 200, t), mix(255, 120, t))
+    } else {
+        let t = (ratio - 1.0).min(1.0);
+        RGBColor(mix(255, 235, t), mix(255, 110, t), mix(255, 100, t))
+    }
+}
+
+/// The queue in order, one row per waiting job, one cell per level of its
+/// budget: the node, its use of its share (green under, red over) and its
+/// rank among its siblings. A job waits behind every row above it; at the
+/// first level where two rows differ, the better-ranked node goes first.
+pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: usize) -> Result<(), PlotError> {
+    let levels = rows.iter().map(|r| r.levels.len()).max().unwrap_or(1).max(1);
+    let (label_w, cell_w, row_h) = (330i32, 300i32, 30i32);
+    let w = (label_w + cell_w * levels as i32 + 30) as u32;
+    let h = (110 + row_h * (rows.len().max(1) as i32) + 60) as u32;
+    let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    root.draw(&Text::new(title.to_owned(), (20, 12), ("sans-serif", 24).into_font())).map_err(err)?;
+    let small = ("sans-serif", 15).into_font();
+    root.draw(&Text::new("first to start at the top; each cell: budget node, use of its share over the window, rank among its siblings".to_owned(), (20, 46), small.clone())).map_err(err)?;
+    let y0 = 80;
+    root.draw(&Text::new("job".to_owned(), (20, y0), ("sans-serif", 16).into_font())).map_err(err)?;
+    for l in 0..levels {
+        root.draw(&Text::new(format!("level {}", l + 1), (label_w + cell_w * l as i32 + 8, y0), ("sans-serif", 16).into_font())).map_err(err)?;
+    }
+    if rows.is_empty() {
+        root.draw(&Text::new("no job is waiting".to_owned(), (20, y0 + row_h), small.clone())).map_err(err)?;
+    }
+    for (i, row) in rows.iter().enumerate() {
+        let y = y0 + 24 + row_h * i as i32;
+        root.draw(&Text::new(row.label.clone(), (20, y + 6), small.clone())).map_err(err)?;
+        for (l, s) in row.levels.iter().enumerate() {
+            let x = label_w + cell_w * l as i32;
+            root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ratio_color(s.ratio).filled())).map_err(err)?;
+            root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ShapeStyle::from(&BLACK.mix(0.25)).stroke_width(1))).map_err(err)?;
+            let text = format!("{}  {}  ({} of {})", s.name, ratio_text(s.ratio), s.sibling_rank + 1, s.siblings);
+            root.draw(&Text::new(text, (x + 6, y + 6), small.clone())).map_err(err)?;
+        }
+    }
+    if more > 0 {
+        let y = y0 + 24 + row_h * rows.len() as i32 + 6;
+        root.draw(&Text::new(format!("... and {more} more waiting jobs"), (20, y), small)).map_err(err)?;
     }
     root.present().map_err(err)?;
     Ok(())
@@ -327,4 +411,18 @@ pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec,
     root.draw(&Text::new("black bar at the end: preempted".to_string(), (678, y), ("sans-serif", 15).into_font())).map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ratio_text;
+
+    #[test]
+    fn small_ratios_keep_two_significant_digits() {
+        assert_eq!(ratio_text(1.254), "1.25x");
+        assert_eq!(ratio_text(0.1), "0.10x");
+        assert_eq!(ratio_text(0.042), "0.042x");
+        assert_eq!(ratio_text(0.00123), "0.0012x");
+        assert_eq!(ratio_text(0.0), "0x");
+    }
 }
