@@ -548,6 +548,125 @@ pub fn render(r: &ClusterReport) -> String {
     out
 }
 
+/// The jobs the ledger recorded in a span, as a simulator workload, with
+/// what happened to them (`allot simulate --from-ledger`).
+pub struct LedgerWorkload {
+    pub workload: allot_sim::workload::Workload,
+    /// The budget in force (its TOML, as synced).
+    pub budget_toml: String,
+    pub budget_version: i64,
+    /// What actually happened over the same span.
+    pub actual: ClusterReport,
+    /// Jobs left out, by reason.
+    pub left_out: BTreeMap<&'static str, usize>,
+    /// Jobs still running: their runtime is the time they ran so far.
+    pub still_running: usize,
+}
+
+/// Each job submitted in `[now - since, now)` with its GPUs, its work (the
+/// sum of its runs: a requeued resumable job resumes where it stopped), its
+/// contract and its account; what the span's report says happened.
+pub fn ledger_workload(l: &Ledger, since: i64, now: i64) -> anyhow::Result<LedgerWorkload> {
+    let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    let actual = compute(l, since, now)?;
+    let rules = PreemptRules::from_settings(&tree.settings);
+    let mut work: HashMap<u32, (i64, bool)> = HashMap::new(); // job -> (seconds run, a run still going)
+    for r in l.runs_since(actual.from).context("reading runs")? {
+        let e = work.entry(r.job_id).or_default();
+        e.0 += r.run_end.unwrap_or(now) - r.run_start;
+        e.1 |= r.run_end.is_none();
+    }
+    let mut w = allot_sim::workload::Workload::default();
+    let mut left_out: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut still_running = 0;
+    let index = |names: &mut Vec<String>, name: &str| -> u32 {
+        match names.iter().position(|n| n == name) {
+            Some(i) => i as u32,
+            None => {
+                names.push(name.to_owned());
+                (names.len() - 1) as u32
+            }
+        }
+    };
+    for (c, end) in l.contracts_submitted(actual.from, actual.to).context("reading contracts")? {
+        let leaf = c.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
+        // The account the job charged, or the first of its budget's.
+        let account = c.account.clone().filter(|a| tree.leaf_of_account(a).is_some()).or_else(|| leaf.and_then(|l| tree.leaf_node(l).accounts.first().cloned()));
+        let reason = match (c.gpus, work.get(&c.job_id), &account) {
+            (None, _, _) => Some("recorded before schema 3 (no GPU count)"),
+            (Some(0), _, _) => Some("asked for no GPU"),
+            (_, _, None) => Some("outside the budget tree"),
+            (_, None, _) if end.is_some() => Some("left the queue without starting"),
+            (_, None, _) => Some("still waiting (runtime unknown)"),
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            *left_out.entry(reason).or_default() += 1;
+            continue;
+        }
+        let (ran, running) = work[&c.job_id];
+        still_running += usize::from(running);
+        let gpus = c.gpus.unwrap_or(0);
+        let kind = job_kind(&rules, leaf, c.min_runtime, gpus);
+        let team = index(&mut w.teams, account.as_deref().unwrap_or(""));
+        let kind = index(&mut w.kinds, kind);
+        w.jobs.push(allot_sim::workload::Job {
+            job_id: c.job_id,
+            submit: c.submit_time,
+            gpus,
+            runtime: ran.max(1),
+            team,
+            user: Some(c.user.clone()),
+            min_runtime: Some(c.min_runtime),
+            resumable: c.resumable,
+            priority: PriorityLevel::parse(&c.priority).unwrap_or_default(),
+            kind,
+        });
+    }
+    w.jobs.sort_by_key(|j| (j.submit, j.job_id));
+    Ok(LedgerWorkload { workload: w, budget_toml: v.toml, budget_version: v.version, actual, left_out, still_running })
+}
+
+/// What happened against what the simulator says would have, for the
+/// figures both have (same names as `allot simulate`'s table).
+pub fn side_by_side(actual: &ClusterReport, reports: &[allot_sim::metrics::Report]) -> String {
+    let mut rows: Vec<(String, String, Vec<String>)> = Vec::new();
+    let mut row = |name: &str, a: String, f: &dyn Fn(&allot_sim::metrics::Report) -> String| rows.push((name.to_owned(), a, reports.iter().map(f).collect()));
+    row("jobs", actual.jobs_started.to_string(), &|r| r.jobs.to_string());
+    row("wait_p50", human(actual.wait_p50_s), &|r| human(r.wait_p50_s));
+    row("wait_p90", human(actual.wait_p90_s), &|r| human(r.wait_p90_s));
+    row("wait_p99", human(actual.wait_p99_s), &|r| human(r.wait_p99_s));
+    let mut kinds: Vec<&String> = actual.by_kind.keys().collect();
+    kinds.extend(reports.iter().flat_map(|r| r.by_kind.keys()));
+    kinds.sort();
+    kinds.dedup();
+    for k in kinds {
+        let get = |m: &BTreeMap<String, WaitStats>| m.get(k).map_or("-".to_owned(), |w| format!("{} / {}", human(w.wait_p50_s), human(w.wait_p90_s)));
+        row(&format!("{k} wait p50/p90"), get(&actual.by_kind), &|r| get(&r.by_kind));
+    }
+    row("preemptions", actual.preemptions.to_string(), &|r| r.preemptions.to_string());
+    row("occupancy", format!("{:.1}%", 100.0 * actual.occupancy), &|r| format!("{:.1}%", 100.0 * r.occupancy));
+    row("unallocated_fraction", format!("{:.1}%", 100.0 * actual.unallocated_fraction), &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
+    row("teams_at_95pct_of_owed", format!("{:.0}%", 100.0 * actual.teams_at_95pct_of_owed), &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
+    let mut out = String::new();
+    let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(6);
+    let cols: Vec<String> = reports.iter().map(|r| format!("{} (simulated)", r.policy.name())).collect();
+    let _ = write!(out, "{:w0$}  {:>16}", "metric", "actual (ledger)");
+    for c in &cols {
+        let _ = write!(out, "  {c:>20}");
+    }
+    out.push('\n');
+    for (name, a, sims) in &rows {
+        let _ = write!(out, "{name:w0$}  {a:>16}");
+        for s in sims {
+            let _ = write!(out, "  {s:>20}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The queue picture draws at most this many jobs.
 pub const QUEUE_PICTURE_ROWS: usize = 40;
 

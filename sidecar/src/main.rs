@@ -143,7 +143,7 @@ fn main() -> ExitCode {
     restore_default_sigpipe();
     let cli = Cli::parse();
     let command = match cli.command {
-        Command::Simulate(args) => return simulate::run(args).unwrap_or_else(|e| fail(&e, None)),
+        Command::Simulate(args) => return simulate::run_with_ledger(args, cli.ledger.as_deref()).unwrap_or_else(|e| fail(&e, None)),
         Command::Generate(what) => return generate(what).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None)),
         other => other,
     };

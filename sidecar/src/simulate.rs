@@ -132,8 +132,19 @@ struct TraceArgs {
 #[derive(Args)]
 struct RunArgs {
     /// Workload CSV: submit_s,gpus,runtime_s,team [,job_id,user,min_runtime_s,resumable,priority,kind].
-    #[arg(required = true)]
+    #[arg(required_unless_present = "from_ledger", conflicts_with = "from_ledger")]
     workload: Option<PathBuf>,
+    /// Replay the jobs the ledger recorded (`--ledger`) over `--since`, under
+    /// the budget in force unless `--budgets` says otherwise, and print what
+    /// actually happened beside the simulation.
+    #[arg(long)]
+    from_ledger: bool,
+    /// The global `--ledger`, handed over by main.
+    #[arg(skip)]
+    ledger: Option<PathBuf>,
+    /// With --from-ledger: the span replayed, ending now (default 30d).
+    #[arg(long, requires = "from_ledger", value_name = "DURATION")]
+    since: Option<String>,
     /// Cluster shape, NODESxGPUS (75x8: 75 nodes of 8 GPUs).
     #[arg(long, value_parser = cluster, required = true)]
     cluster: Option<ClusterSpec>,
@@ -242,7 +253,9 @@ struct RunArgs {
     quiet: bool,
 }
 
-pub fn run(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+/// `allot simulate`, with the `--ledger` given (for `--from-ledger`).
+pub fn run_with_ledger(mut args: SimulateArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
+    args.run.ledger = ledger.map(Path::to_owned);
     match args.command {
         Some(SimulateCommand::Generate { what: GenerateCommand::Scenario(a) }) => generate_scenario(a),
         Some(SimulateCommand::Generate { what: GenerateCommand::Trace(a) }) => generate_trace(a),
@@ -354,7 +367,35 @@ fn generate_trace(a: TraceArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
-    let (Some(path), Some(cluster)) = (a.workload.as_ref(), a.cluster) else { bail!("give a workload CSV and --cluster") };
+    let Some(cluster) = a.cluster else { bail!("give --cluster") };
+    // From the ledger: its jobs, its budget, and what actually happened.
+    let from_ledger = if a.from_ledger {
+        let inv = allot_cli::identity::Invocation::resolve(a.ledger.as_deref())?;
+        let l = allot_ledger::Ledger::open_read_only(&inv.ledger)?;
+        let since = match &a.since {
+            Some(s) => parse_duration(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
+            None => 30 * 86400,
+        };
+        let lw = allot_cli::cluster_report::ledger_workload(&l, since, allot_cli::now())?;
+        for (why, n) in &lw.left_out {
+            eprintln!("{}: left out {n} job(s): {why}", inv.ledger.display());
+        }
+        if lw.still_running > 0 {
+            eprintln!("{}: {} job(s) still running: replayed with the time they ran so far", inv.ledger.display(), lw.still_running);
+        }
+        if lw.workload.jobs.is_empty() {
+            bail!("nothing could be simulated: the ledger {} has no job with GPUs and a runtime submitted since {}", inv.ledger.display(), allot_cli::format_time(lw.actual.from));
+        }
+        Some((inv.ledger, lw))
+    } else {
+        None
+    };
+    let path: PathBuf = match (&from_ledger, a.workload.as_ref()) {
+        (Some((ledger, _)), _) => ledger.clone(),
+        (None, Some(p)) => p.clone(),
+        (None, None) => bail!("give a workload CSV or --from-ledger"),
+    };
+    let path = &path;
     let mut policies = Vec::new();
     for p in &a.policy {
         let kind = PolicyKind::parse(p).with_context(|| format!("unknown policy '{p}': use allot, baseline or allot,baseline"))?;
@@ -363,8 +404,18 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     check_run_options(&a, cluster)?;
-    let workload = read_workload(path, a.skip_bad_rows)?;
-    let (mut tree, budget_gives_default) = match &a.budgets {
+    let workload = match &from_ledger {
+        Some((_, lw)) => lw.workload.clone(),
+        None => read_workload(path, a.skip_bad_rows)?,
+    };
+    let (mut tree, budget_gives_default) = match (&a.budgets, &from_ledger) {
+        (None, Some((_, lw))) => {
+            let tree = BudgetTree::parse(&lw.budget_toml).map_err(|e| anyhow::anyhow!("the ledger's budget version {}: {}", lw.budget_version, e.render("ledger").trim_end()))?;
+            let doc = toml_edit::ImDocument::parse(lw.budget_toml.as_str())?;
+            let gives_default = doc.get("cluster").and_then(|c| c.get("default_min_runtime")).is_some();
+            (tree, gives_default)
+        }
+        (b, _) => match b {
         Some(b) => {
             let text = fs::read_to_string(b).with_context(|| format!("cannot read the budget {}", b.display()))?;
             let tree = BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?;
@@ -374,6 +425,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             (tree, gives_default)
         }
         None => (prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?, false),
+        },
     };
     if let (Some(b), Some(gpus)) = (&a.budgets, tree.settings.gpus) {
         if gpus != cluster.capacity() {
@@ -468,6 +520,10 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let reports: Vec<metrics::Report> = sims.iter().map(|(_, s)| s.report.clone()).collect();
     print!("{}", metrics::table(&reports));
+    if let Some((ledger, lw)) = &from_ledger {
+        println!("\nwhat actually happened ({}, {} to {}) against the simulation of the same jobs:", ledger.display(), allot_cli::format_time(lw.actual.from), allot_cli::format_time(lw.actual.to));
+        print!("{}", allot_cli::cluster_report::side_by_side(&lw.actual, &reports));
+    }
     if let Some(j) = &a.json {
         let doc = serde_json::json!({
             "workload": {
@@ -503,6 +559,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "horizon_s": a.horizon,
             },
             "reports": reports,
+            "actual": from_ledger.as_ref().map(|(_, lw)| &lw.actual),
         });
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         fs::write(j, text).with_context(|| format!("cannot write {}", j.display()))?;
@@ -684,7 +741,7 @@ mod tests {
     fn allot(args: &[&str]) -> anyhow::Result<ExitCode> {
         let cli = Cli::try_parse_from(std::iter::once("allot").chain(std::iter::once("simulate")).chain(args.iter().copied()))?;
         let Command::Simulate(a) = cli.command;
-        run(a)
+        run_with_ledger(a, None)
     }
 
     #[test]

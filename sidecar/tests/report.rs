@@ -286,3 +286,42 @@ fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
     }
     assert!(String::from_utf8_lossy(&get("/nosuch")).starts_with("HTTP/1.0 404") || String::from_utf8_lossy(&get("/nosuch")).starts_with("HTTP/1.1 404"));
 }
+
+/// `allot simulate --from-ledger`: the ledger's jobs of the span replayed
+/// (GPUs, work done, contract, account), those without a runtime left out
+/// and said, and what actually happened printed beside the simulation.
+#[test]
+fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
+    use allot_cli::cluster_report::ledger_workload;
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+    let t0 = now - 7200;
+    let l = ledger_at(&dir, t0);
+    let lw = ledger_workload(&l, 7200, now).unwrap();
+    let jobs: Vec<(u32, u32, i64, &str)> = lw.workload.jobs.iter().map(|j| (j.job_id, j.gpus, j.runtime, lw.workload.teams[j.team as usize].as_str())).collect();
+    // Job 2 still runs (since t0 + 4200); job 3 ran 2800 s; 4 never started, 5 left; 1 came before the span.
+    assert_eq!(jobs, vec![(2, 2, now - (t0 + 4200), "b"), (3, 2, 2800, "a")]);
+    assert_eq!(lw.still_running, 1);
+    assert_eq!(lw.left_out.get("still waiting (runtime unknown)"), Some(&1));
+    assert_eq!(lw.left_out.get("left the queue without starting"), Some(&1));
+    assert_eq!(lw.workload.jobs[1].min_runtime, Some(0), "job 3 ran unallocated");
+    assert_eq!(lw.workload.kinds[lw.workload.jobs[0].kind as usize], "debug");
+
+    let json = dir.path().join("whatif.json");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+        .args(["--ledger", dir.path().join("ledger.db").to_str().unwrap(), "simulate", "--from-ledger", "--since", "2h", "--cluster", "1x4", "--lookback", "1d", "--no-timing", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("left out 1 job(s): still waiting (runtime unknown)") && stderr.contains("1 job(s) still running"), "{stderr}");
+    assert!(stdout.contains("what actually happened") && stdout.contains("actual (ledger)") && stdout.contains("allot (simulated)"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["actual"]["jobs_started"], 2, "{}", doc["actual"]);
+    assert_eq!(doc["settings"]["lookback_s"], 86400, "the knob given applies");
+    assert_eq!(doc["reports"][0]["jobs"], 2);
+    // A CSV and --from-ledger are one too many workloads.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(["simulate", "w.csv", "--from-ledger", "--cluster", "1x4"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
+}
