@@ -272,12 +272,12 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let mut kind_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
     let mut size_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
     for e in &events {
-        if !facts.contains_key(&e.job_id) {
+        if let std::collections::hash_map::Entry::Vacant(slot) = facts.entry(e.job_id) {
             // Submitted before the span.
             if let Some(c) = l.contract(e.job_id)? {
                 let leaf = leaf_of(c.leaf.as_deref());
                 let gpus = c.gpus.unwrap_or(0);
-                facts.insert(e.job_id, JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 });
+                slot.insert(JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 });
             }
         }
         preemptions += 1;
@@ -674,7 +674,7 @@ pub const QUEUE_PICTURE_ROWS: usize = 40;
 /// under the plugins' last ranking, each with its budget's standing level
 /// by level (`allot why` for all of them at a glance).
 pub fn draw_queue(dir: &Path, font: &plot::Font, l: &Ledger, tree: &BudgetTree) -> anyhow::Result<std::path::PathBuf> {
-    let (rows, more, title) = queue_rows(l, tree)?;
+    let QueueView { rows, more, title } = queue_rows(l, tree)?;
     let rows: Vec<plot::QueueRow> = rows.into_iter().map(|(_, row)| row).collect();
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let path = dir.join("queue.png");
@@ -682,9 +682,17 @@ pub fn draw_queue(dir: &Path, font: &plot::Font, l: &Ledger, tree: &BudgetTree) 
     Ok(path)
 }
 
-/// The queue picture's rows (at most [`QUEUE_PICTURE_ROWS`]) with their
-/// jobs, how many more jobs wait, and its title.
-pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<(Vec<(u32, plot::QueueRow)>, usize, String)> {
+/// The waiting jobs as the queue picture and the page show them.
+pub struct QueueView {
+    /// At most [`QUEUE_PICTURE_ROWS`], first to start first, with their job ids.
+    pub rows: Vec<(u32, plot::QueueRow)>,
+    /// How many more jobs wait.
+    pub more: usize,
+    pub title: String,
+}
+
+/// The waiting jobs in allot's order under the plugins' last ranking.
+pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<QueueView> {
     use allot::order::{order_jobs, PendingJob};
     let waiting = l.waiting_contracts().context("reading the waiting jobs")?;
     let snapshot = l.usage_snapshot()?;
@@ -717,7 +725,7 @@ pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<(Vec<(u32, pl
     }
     let at = snapshot.map_or("no ranking recorded yet".to_owned(), |s| format!("ranked at {}", crate::format_time(s.computed_at)));
     let more = jobs.len().saturating_sub(rows.len());
-    Ok((rows, more, format!("waiting jobs in allot's order ({at})")))
+    Ok(QueueView { rows, more, title: format!("waiting jobs in allot's order ({at})") })
 }
 
 /// What `allot report` was asked for.

@@ -28,7 +28,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tiny_http::{Header, Response, Server};
 
-use crate::cluster_report::{compute_with_timelines, draw_queue, draw_shares, queue_rows, ClusterReport, Timelines};
+use crate::cluster_report::{compute_with_timelines, draw_queue, draw_shares, queue_rows, ClusterReport, QueueView, Timelines};
 
 /// What `allot serve` serves.
 pub struct Site {
@@ -109,7 +109,7 @@ impl Site {
         let tree = &t.tree;
         let snapshot = l.usage_snapshot()?;
         let ranking = snapshot.as_ref().map(|s| s.ranking(tree));
-        let (queue, more, _) = queue_rows(&l, tree)?;
+        let QueueView { rows: queue, more, .. } = queue_rows(&l, tree)?;
         let ranked_at = snapshot.as_ref().map_or("Not ranked yet".to_owned(), |s| format!("In the order of the plugins' ranking at {}", crate::format_time(s.computed_at)));
         let ranked = snapshot.as_ref().map_or("the plugins have not ranked the budgets yet".to_owned(), |s| format!("ranked by the plugins at {}", crate::format_time(s.computed_at)));
         let body = html! {
@@ -227,7 +227,7 @@ impl Site {
             g.set(v);
             registry.register(name, help, g);
         };
-        let (queue, more, _) = queue_rows(&l, &t.tree)?;
+        let QueueView { rows: queue, more, .. } = queue_rows(&l, &t.tree)?;
         let snapshot = l.usage_snapshot()?;
         gauge(&mut registry, "allot_occupancy_ratio", "GPU-seconds delivered over the cluster's GPU-seconds in the span", r.occupancy);
         gauge(&mut registry, "allot_unallocated_ratio", "share of the delivered GPU-seconds that ran unallocated", r.unallocated_fraction);

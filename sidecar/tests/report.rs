@@ -14,7 +14,8 @@ fn demand(t0: i64, leaf: &str, at: i64, pending: u32, running: u32, running_unal
     DemandRow { leaf: leaf.into(), at: t0 + at, pending_allocated: pending, pending_unallocated: 0, running_allocated: running, running_unallocated }
 }
 
-fn run(t0: i64, job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocated: bool, reason: Option<&str>) -> RunUpdate {
+/// A run from `start` to `end` (`None`: going on), seconds after `t0`.
+fn run(t0: i64, job_id: u32, leaf: &str, gpus: u32, (start, end): (i64, Option<i64>), allocated: bool, reason: Option<&str>) -> RunUpdate {
     RunUpdate::Open(RunRow {
         job_id,
         run_start: t0 + start,
@@ -60,9 +61,9 @@ fn ledger_at(dir: &tempfile::TempDir, t0: i64) -> Ledger {
     l.sync_budget(BUDGET, &tree, "admin", "b.toml", t0 - 5000).unwrap();
     let period = Period {
         runs: vec![
-            run(t0, 1, "p/a", 4, -1000, Some(4200), true, Some("preempted")),
-            run(t0, 2, "b", 2, 4200, None, true, None),
-            run(t0, 3, "p/a", 2, 4200, Some(7000), false, Some("completed")),
+            run(t0, 1, "p/a", 4, (-1000, Some(4200)), true, Some("preempted")),
+            run(t0, 2, "b", 2, (4200, None), true, None),
+            run(t0, 3, "p/a", 2, (4200, Some(7000)), false, Some("completed")),
         ],
         contracts: vec![
             contract(t0, 1, "p/a", -1200, 3600, 4, false),
@@ -187,7 +188,7 @@ fn the_pictures_are_drawn_for_the_leaves_or_a_subtree() {
     let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
     let snapshot = allot_ledger::UsageSnapshot { computed_at: T0 + 7200, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
     w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
-    let (rows, more, _) = queue_rows(&l, &t.tree).unwrap();
+    let allot_cli::cluster_report::QueueView { rows, more, .. } = queue_rows(&l, &t.tree).unwrap();
     let labels: Vec<&str> = rows.iter().map(|(_, r)| r.label.as_str()).collect();
     assert_eq!((labels, more), (vec!["job 4 (u): 8 GPUs, 2h normal", "job 1 (u): 4 GPUs, 1h normal"], 0));
     let names: Vec<&str> = rows[1].1.levels.iter().map(|s| s.name.as_str()).collect();
