@@ -172,7 +172,10 @@ say "what each budget was charged (allot usage --window 10m; unallocated time is
 allot usage --window 10m | awk 'NR <= 2 || $4 != "0.00" || $6 != "0.00"'
 
 say "how each budget fared against what it was owed, given its demand (allot report --since 15m)"
-allot report --since 15m --json "$DIR/report.json" --plots "$DIR/plots"
+# Where the command writes: the package's runs inside the release's root.
+out=$DIR
+[[ $installed == yes ]] && out=$INNER
+allot report --since 15m --json "$out/report.json" --plots "$out/plots"
 
 if [[ $keep == yes ]]; then
     say "the cluster is still up: eval \"\$(scripts/cluster.sh env $DIR)\"; scripts/cluster.sh down $DIR when done"

@@ -408,7 +408,8 @@ install_24_11() {
     # The Debian 13 root the test clusters' daemons run in: debootstrap's
     # minimal system (the marker says it completed), plus Debian's Slurm
     # packages, installed when missing.
-    local root_packages=(slurmctld slurmd slurm-client munge)
+    # The font: the package's allot draws its pictures in the root.
+    local root_packages=(slurmctld slurmd slurm-client munge fonts-dejavu-core)
     ((accounting)) && root_packages+=(slurmdbd mariadb-server)
     local marker=$root/.allot-root
     if [[ -f $marker && -x $root/usr/bin/apt-get ]]; then
