@@ -38,7 +38,13 @@ pub struct Site {
     /// `None`: no font, so no pictures (the page says why).
     pub font: Option<plot::Font>,
     pub font_problem: Option<String>,
+    /// The last integrity check (time, passed): SQLite's quick check reads
+    /// the whole file, too much for every scrape.
+    pub checked: std::sync::Mutex<Option<(i64, bool)>>,
 }
+
+/// How often `/metrics` repeats the ledger's integrity check.
+const CHECK_EVERY: i64 = 600;
 
 /// A response: status, content type, body.
 pub struct Page {
@@ -237,8 +243,18 @@ impl Site {
         gauge(&mut registry, "allot_span_seconds", "length of the span the figures cover", r.span_seconds as f64);
         // Ledger health: how long ago the plugins last wrote a ranking, and the file's integrity.
         gauge(&mut registry, "allot_ledger_ranked_age_seconds", "seconds since the priority plugin last wrote its ranking (-1: never)", snapshot.map_or(-1.0, |s| (now - s.computed_at) as f64));
-        let problems = l.check()?;
-        gauge(&mut registry, "allot_ledger_ok", "1 when the ledger passes SQLite's quick check", if problems.is_empty() { 1.0 } else { 0.0 });
+        let ok = {
+            let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
+            match *checked {
+                Some((at, ok)) if now - at < CHECK_EVERY => ok,
+                _ => {
+                    let ok = l.check()?.is_empty();
+                    *checked = Some((now, ok));
+                    ok
+                }
+            }
+        };
+        gauge(&mut registry, "allot_ledger_ok", "1 when the ledger passed SQLite's quick check (repeated every 10 minutes at most)", if ok { 1.0 } else { 0.0 });
         let mut out = String::new();
         encode(&mut out, &registry).map_err(|e| anyhow!("encoding the metrics: {e}"))?;
         Ok(Page { status: 200, content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8", body: out.into_bytes() })
@@ -257,7 +273,7 @@ pub fn run(ledger: &Path, listen: &str, since: Option<&str>, font: &Path) -> any
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let site = Site { ledger: ledger.to_owned(), since, font, font_problem };
+    let site = Site { ledger: ledger.to_owned(), since, font, font_problem, checked: std::sync::Mutex::new(None) };
     let server = Server::http(listen).map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = server.server_addr().to_ip().map_or_else(|| listen.to_owned(), |a| a.to_string());
     println!("allot serve: http://{addr}/ (read-only; ledger {})", ledger.display());
