@@ -314,6 +314,7 @@ fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
     let charged_after: HashMap<String, i64> = l.charged_by_leaf(t0 - 60, fault).unwrap().into_iter().collect();
     assert_eq!(charged_after, charged_before, "usage before the fault changed");
     assert!(l.runs_of_job(long).unwrap().iter().any(|r| r.run_end.is_none()), "the running job's run is back");
+    demand_is_back(&l, "recovered");
 
     // 2. Deleted, then re-synced: the same.
     let history = closed_runs(&l);
@@ -332,7 +333,18 @@ fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
     }
     let charged_after: HashMap<String, i64> = c.ledger().charged_by_leaf(t0 - 60, fault).unwrap().into_iter().collect();
     assert_eq!(charged_after, charged_before);
+    demand_is_back(&c.ledger(), "deleted");
     let _ = before;
+}
+
+/// A new ledger file gets each leaf's demand as it stands (what `allot
+/// report` computes owed from): carol's long job still runs on 4 GPUs.
+fn demand_is_back(l: &Ledger, how: &str) {
+    let rows = l.demand_since(now()).unwrap();
+    let leaves: BTreeSet<&str> = rows.iter().map(|d| d.leaf.as_str()).collect();
+    assert_eq!(leaves.into_iter().collect::<Vec<_>>(), ["lab/teama", "lab/teamb", "other"], "the {how} ledger lacks a leaf's demand: {rows:?}");
+    let other = rows.iter().rev().find(|d| d.leaf == "other").unwrap();
+    assert_eq!((other.running_allocated, other.pending_allocated), (4, 0), "the {how} ledger's demand of carol's budget: {other:?}");
 }
 
 #[test]
