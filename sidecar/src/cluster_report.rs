@@ -124,6 +124,14 @@ struct JobFacts {
     allocated: bool,
 }
 
+impl JobFacts {
+    fn of(c: &allot_ledger::ContractRow, tree: &BudgetTree, rules: &PreemptRules) -> JobFacts {
+        let leaf = c.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
+        let gpus = c.gpus.unwrap_or(0);
+        JobFacts { kind: job_kind(rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 }
+    }
+}
+
 /// Per budget leaf of the current tree, (time, change of GPUs) of its demand
 /// and of the GPUs its runs held, over the report's span: what the pictures
 /// draw.
@@ -186,7 +194,9 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let mut held_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
     let mut first_start: HashMap<u32, i64> = HashMap::new();
     let mut last_run: HashMap<u32, (i64, Option<&str>)> = HashMap::new();
+    let mut runs_of: HashMap<u32, Vec<&allot_ledger::RunRow>> = HashMap::new();
     for r in &runs {
+        runs_of.entry(r.job_id).or_default().push(r);
         let e = first_start.entry(r.job_id).or_insert(r.run_start);
         *e = (*e).min(r.run_start);
         let last = last_run.entry(r.job_id).or_insert((r.run_start, r.end_reason.as_deref()));
@@ -236,8 +246,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let submitted = l.contracts_submitted(from, to).context("reading contracts")?;
     for (c, end_time) in &submitted {
         let leaf = leaf_of(c.leaf.as_deref());
-        let gpus = c.gpus.unwrap_or(0);
-        let f = JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 };
+        let f = JobFacts::of(c, &tree, &rules);
         let wait = match first_start.get(&c.job_id) {
             Some(&s) => {
                 started += 1;
@@ -275,13 +284,11 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         if let std::collections::hash_map::Entry::Vacant(slot) = facts.entry(e.job_id) {
             // Submitted before the span.
             if let Some(c) = l.contract(e.job_id)? {
-                let leaf = leaf_of(c.leaf.as_deref());
-                let gpus = c.gpus.unwrap_or(0);
-                slot.insert(JobFacts { kind: job_kind(&rules, leaf, c.min_runtime, gpus), size: size_class(gpus), resumable: c.resumable, allocated: c.min_runtime > 0 });
+                slot.insert(JobFacts::of(&c, &tree, &rules));
             }
         }
         preemptions += 1;
-        let run = runs.iter().find(|r| r.job_id == e.job_id && r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at));
+        let run = runs_of.get(&e.job_id).and_then(|rs| rs.iter().copied().find(|r| r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at)));
         let f = facts.get(&e.job_id);
         of_unallocated += usize::from(f.is_some_and(|f| !f.allocated) || run.is_some_and(|r| !r.allocated));
         let run_lost = match (f, run) {
@@ -302,10 +309,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let node_sum = |per_leaf: &[i64]| {
         let mut out = vec![0i64; n];
         for (leaf, &node) in tree.leaves.iter().enumerate() {
-            let mut at = Some(node);
-            while let Some(id) = at {
+            for id in tree.path_ids(node) {
                 out[id as usize] += per_leaf[leaf];
-                at = tree.node(id).parent;
             }
         }
         out
@@ -314,10 +319,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let (node_delivered, node_charged, node_unallocated, node_demand) = (node_sum(&delivered), node_sum(&charged), node_sum(&unallocated), node_sum(&demand_leaf));
     let mut node_waits: Vec<Vec<i64>> = vec![Vec::new(); n];
     for (leaf, &node) in tree.leaves.iter().enumerate() {
-        let mut at = Some(node);
-        while let Some(id) = at {
+        for id in tree.path_ids(node) {
             node_waits[id as usize].extend_from_slice(&by_leaf[leaf]);
-            at = tree.node(id).parent;
         }
     }
     let (mut wanting, mut at_95) = (0usize, 0usize);
@@ -409,9 +412,8 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
         None => tree.leaves.clone(),
         Some(path) => {
             let top = tree.find(path).ok_or_else(|| anyhow!("--under {path}: the budget has no such node; its nodes are {}", tree.nodes.iter().filter(|n| !n.path.is_empty()).map(|n| n.path.as_str()).collect::<Vec<_>>().join(", ")))?;
-            // Nodes are stored parents first: the subtree is the node and those whose path extends it.
-            let prefix = format!("{}/", tree.node(top).path);
-            (0..tree.nodes.len() as u32).filter(|&id| id == top || tree.node(top).path.is_empty() || tree.node(id).path.starts_with(&prefix)).collect()
+            // The node and every node it is an ancestor of, parents first.
+            (0..tree.nodes.len() as u32).filter(|&id| tree.path_ids(id).contains(&top)).collect()
         }
     };
     let len = picture_bucket(report.to - report.from);
@@ -423,12 +425,10 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
     // A node holds what the leaves below it hold.
     let mut held = vec![vec![0.0; buckets]; tree.nodes.len()];
     for (leaf, &node) in tree.leaves.iter().enumerate() {
-        let mut at = Some(node);
-        while let Some(id) = at {
+        for id in tree.path_ids(node) {
             for (h, g) in held[id as usize].iter_mut().zip(&held_leaf[leaf]) {
                 *h += g;
             }
-            at = tree.node(id).parent;
         }
     }
     let mean = |v: &[f64]| v.iter().map(|g| g / len as f64).collect::<Vec<f64>>();
@@ -728,6 +728,19 @@ pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<QueueView> {
     Ok(QueueView { rows, more, title: format!("waiting jobs in allot's order ({at})") })
 }
 
+/// `--since D` of `allot report`, `allot serve` and `allot simulate
+/// --from-ledger`: the span ending now, 30 days when not given.
+pub fn parse_since(since: Option<&str>) -> anyhow::Result<i64> {
+    let since = match since {
+        Some(s) => parse_duration(s).map_err(|e| anyhow!("--since: {e}"))?,
+        None => 30 * 86400,
+    };
+    if since <= 0 {
+        return Err(anyhow!("--since {}: give a span longer than 0", format_duration(since)));
+    }
+    Ok(since)
+}
+
 /// What `allot report` was asked for.
 pub struct ReportArgs<'a> {
     pub since: Option<&'a str>,
@@ -745,13 +758,7 @@ pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()>
     }
     // A missing font fails before any work.
     let font = plots.map(|_| plot::load_font(font)).transpose()?;
-    let since = match since {
-        Some(s) => parse_duration(s).map_err(|e| anyhow!("--since: {e}"))?,
-        None => 30 * 86400,
-    };
-    if since <= 0 {
-        return Err(anyhow!("--since {}: give a span longer than 0", format_duration(since)));
-    }
+    let since = parse_since(since)?;
     let l = Ledger::open_read_only(ledger)?;
     let (report, timelines) = compute_with_timelines(&l, since, now)?;
     if let Some(path) = json {

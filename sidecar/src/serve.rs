@@ -263,10 +263,7 @@ impl Site {
 
 /// `allot serve`: answers until killed.
 pub fn run(ledger: &Path, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
-    let since = match since {
-        Some(s) => allot::duration::parse_duration(s).map_err(|e| anyhow!("--since: {e}"))?,
-        None => 30 * 86400,
-    };
+    let since = crate::cluster_report::parse_since(since)?;
     // Fail early on a ledger that cannot be read at all.
     drop(Ledger::open_read_only(ledger)?);
     let (font, font_problem) = match plot::load_font(font) {

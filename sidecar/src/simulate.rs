@@ -372,10 +372,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     let from_ledger = if a.from_ledger {
         let inv = allot_cli::identity::Invocation::resolve(a.ledger.as_deref())?;
         let l = allot_ledger::Ledger::open_read_only(&inv.ledger)?;
-        let since = match &a.since {
-            Some(s) => parse_duration(s).map_err(|e| anyhow::anyhow!("--since: {e}"))?,
-            None => 30 * 86400,
-        };
+        let since = allot_cli::cluster_report::parse_since(a.since.as_deref())?;
         let lw = allot_cli::cluster_report::ledger_workload(&l, since, allot_cli::now())?;
         for (why, n) in &lw.left_out {
             eprintln!("{}: left out {n} job(s): {why}", inv.ledger.display());

@@ -325,4 +325,10 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
     // A CSV and --from-ledger are one too many workloads.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(["simulate", "w.csv", "--from-ledger", "--cluster", "1x4"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
+    // An empty span is refused the same way by the three commands that take one.
+    for args in [&["report", "--since", "0s"][..], &["serve", "--since", "0s"], &["simulate", "--from-ledger", "--since", "0s", "--cluster", "1x4"]] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(["--ledger", dir.path().join("ledger.db").to_str().unwrap()]).args(args).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && said.contains("--since 0: give a span longer than 0"), "{args:?}: {said}");
+    }
 }
