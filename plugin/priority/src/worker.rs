@@ -486,8 +486,9 @@ impl Worker {
                         endings.insert(id, Ending::Requeued);
                     }
                     if let Some(p) = pending_job(&j, tree, rules) {
-                        // A held job (priority 0) wants nothing until released.
-                        if j.priority() != 0 {
+                        // A held job (priority 0), or one that may not start
+                        // yet (`--begin` later), wants nothing until then.
+                        if j.priority() != 0 && j.begin_time() <= now {
                             let d = &mut demand[p.leaf as usize][if p.allocated { 0 } else { 1 }];
                             *d = d.saturating_add(j.gpus_requested());
                         }

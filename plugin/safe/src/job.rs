@@ -183,6 +183,11 @@ impl<'a> Job<'a> {
     pub fn submit_time(&self) -> i64 {
         self.details().map_or(0, |d| d.submit_time)
     }
+    /// The earliest time the job may start (`--begin`; Slurm also sets it a
+    /// little ahead on a requeue); 0 when unset.
+    pub fn begin_time(&self) -> i64 {
+        self.details().map_or(0, |d| d.begin_time)
+    }
     /// The job may be requeued (`--requeue`, or JobRequeue=1 by default).
     pub fn requeue_allowed(&self) -> bool {
         self.details().is_some_and(|d| d.requeue != 0 && d.requeue != sys::NO_VAL16)

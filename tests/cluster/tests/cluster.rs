@@ -506,8 +506,8 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
 }
 
 /// `allot report` on the live cluster: each budget's demand is what its jobs
-/// asked for from submission to their end (Slurm's times), a held job adds
-/// none, delivered is what they ran, the waits are Slurm's, and owed never
+/// asked for from submission to their end (Slurm's times), a held job and
+/// one parked with `--begin` add none, delivered is what they ran, the waits are Slurm's, and owed never
 /// exceeds a budget's demand nor the cluster's GPUs.
 #[test]
 fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() {
@@ -520,9 +520,13 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     jobs.push(c.sbatch("dave", &["--gres=gpu:8", "--account=teamb", "--comment=min_runtime=1h", &sleep_job(5)]).unwrap());
     jobs.push(c.sbatch("carol", &["--gres=gpu:2", "--comment=min_runtime=0", &sleep_job(6)]).unwrap());
     let held = c.sbatch("bob", &["--hold", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
+    // Parked to start in an hour: no demand before then either.
+    let later = c.sbatch("dave", &["--begin=now+1hour", "--gres=gpu:8", "--account=teamb", "--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
     c.wait_for("every job completes", secs(120), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
-    c.slurm(None, "scancel", &[&held.to_string()]);
-    c.wait_for("the held job is cancelled", secs(30), || c.job(held).state() == "CANCELLED");
+    for id in [held, later] {
+        c.slurm(None, "scancel", &[&id.to_string()]);
+        c.wait_for("the held and the parked job are cancelled", secs(30), || c.job(id).state() == "CANCELLED");
+    }
     std::thread::sleep(secs(5)); // recomputes record the ends
 
     let json = c.job_dir().join("report.json");
@@ -558,7 +562,7 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     for (leaf, (demand, delivered, tolerance)) in &want {
         let n = node(leaf);
         let (d, g) = (f(&n["demand_gpu_hours"]) * 3600.0, f(&n["delivered_gpu_hours"]) * 3600.0);
-        assert!((d - demand).abs() <= *tolerance, "{leaf}: demand {d} GPU-s in the report, {demand} from Slurm's times (the held job adds none), tolerance {tolerance}");
+        assert!((d - demand).abs() <= *tolerance, "{leaf}: demand {d} GPU-s in the report, {demand} from Slurm's times (the held and the parked job add none), tolerance {tolerance}");
         assert!((g - delivered).abs() <= 0.01 * delivered + 3.6, "{leaf}: delivered {g} GPU-s in the report, {delivered} from Slurm's times");
         assert!(f(&n["owed_gpu_hours"]) <= f(&n["demand_gpu_hours"]) + 1e-3, "{leaf}: owed more than it wanted: {n}");
     }
@@ -575,7 +579,7 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     waits.sort_unstable();
     let rank = |p: f64| waits[((p * waits.len() as f64).ceil() as usize).clamp(1, waits.len()) - 1];
     assert_eq!((r["wait_p50_s"].as_i64(), r["wait_p90_s"].as_i64()), (Some(rank(0.5)), Some(rank(0.9))), "{r}");
-    assert_eq!((r["jobs"].as_u64(), r["jobs_completed"].as_u64(), r["jobs_left_without_starting"].as_u64()), (Some(8), Some(7), Some(1)), "{r}");
+    assert_eq!((r["jobs"].as_u64(), r["jobs_completed"].as_u64(), r["jobs_left_without_starting"].as_u64()), (Some(9), Some(7), Some(2)), "{r}");
     let kind = |k: &str| r["by_kind"][k]["jobs"].as_u64();
     assert_eq!((kind("training"), kind("debug"), kind("unallocated")), (Some(5), Some(1), Some(1)), "{}", r["by_kind"]);
     assert!(r["by_kind"]["training"]["wait_p90_s"].as_i64() >= Some(5), "dave's training job waited for teama's: {}", r["by_kind"]);
