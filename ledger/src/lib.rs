@@ -168,6 +168,10 @@ const MIGRATIONS: &[&str] = &[
         running_unallocated INTEGER NOT NULL,
         PRIMARY KEY (leaf, at)
     ) STRICT, WITHOUT ROWID;
+    -- What `allot report` and `allot serve` read by time, not by job.
+    CREATE INDEX contracts_by_submit ON contracts(submit_time);
+    CREATE INDEX contracts_waiting ON contracts(submit_time) WHERE end_time IS NULL;
+    CREATE INDEX events_by_kind ON events(kind, at);
     "#,
 ];
 
