@@ -3,7 +3,7 @@
 # Slurm release and to run real Slurm clusters of those releases on this host,
 # on Debian 12 (bookworm), as root.
 #
-# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--browser]
+# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--browser] [--debugger]
 #   --slurm RELEASE  22.05 (the default), 24.11, or all; may be repeated.
 #                    22.05: Debian 12's Slurm 22.05.8 daemons, clients and
 #                      headers on this host, and its source tree (apt-get source).
@@ -21,6 +21,9 @@
 #   --packaging      also cargo-deb (cargo install --locked), for scripts/package.sh.
 #   --browser        also Debian's Chromium, which the test of `allot serve`
 #                    drives headless (loads the page, keeps a screenshot).
+#   --debugger       also gdb, with which the cluster tests print the stack of
+#                    any daemon that left a core file (in the test's output,
+#                    so a crash in CI can be read without the machine).
 # Always: libclang (bindgen, in slurm-sys/build.rs), a C toolchain (the cc
 # crate), munge, and a font for the simulator's pictures.
 #
@@ -48,7 +51,7 @@ meta_version() { awk '$1 == "Version:" { print $2; exit }' "$1"; }
 # A Debian version's upstream part: no epoch, no Debian revision.
 upstream_of() { local v=${1#*:}; echo "${v%-*}"; }
 
-releases=() accounting=0 packaging=0 browser=0
+releases=() accounting=0 packaging=0 browser=0 debugger=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --slurm) [[ $# -ge 2 ]] || usage; releases+=("$2"); shift 2 ;;
@@ -56,6 +59,7 @@ while [[ $# -gt 0 ]]; do
         --accounting) accounting=1; shift ;;
         --packaging) packaging=1; shift ;;
         --browser) browser=1; shift ;;
+        --debugger) debugger=1; shift ;;
         -h|--help) usage ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -164,11 +168,13 @@ host_mirrors
 #   24.11: debootstrap    makes the Debian 13 root
 #   --accounting (22.05): slurmdbd mariadb-server
 #   --browser:            chromium
+#   --debugger:           gdb
 packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core)
 has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
 has_release 24.11 && packages+=(debootstrap)
 ((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
 ((browser)) && packages+=(chromium)
+((debugger)) && packages+=(gdb)
 
 # One dpkg-query for all of them (fast): status abbreviation "ii" means
 # installed; packages dpkg has never heard of are simply absent from its output

@@ -3,9 +3,9 @@
 # every supported Slurm release (22.05.8, Debian 12's, on this host; 24.11.5,
 # Debian 13's, in a Debian 13 root):
 #   1. installs what the tests need (scripts/install-deps.sh --slurm RELEASE
-#      --accounting --packaging --browser: Slurm and its source for each
-#      release, slurmdbd and MariaDB, munge, libclang, fonts, cargo-deb,
-#      Chromium);
+#      --accounting --packaging --browser --debugger: Slurm and its source
+#      for each release, slurmdbd and MariaDB, munge, libclang, fonts,
+#      cargo-deb, Chromium, gdb);
 #   2. builds everything in release mode, and each other release's plugins
 #      into that release's own target directory (scripts/release.sh);
 #   3. runs the tests that need neither root nor Slurm: the policy core's
@@ -56,7 +56,7 @@ phase "installing dependencies (Slurm ${releases[*]})"
 # The default release's headers are always needed: the workspace builds for it.
 deps=(--slurm "$ALLOT_DEFAULT_RELEASE")
 for r in "${releases[@]}"; do deps+=(--slurm "$r"); done
-scripts/install-deps.sh "${deps[@]}" --accounting --packaging --browser
+scripts/install-deps.sh "${deps[@]}" --accounting --packaging --browser --debugger
 
 phase "building (release; Slurm $ALLOT_DEFAULT_RELEASE)"
 cargo build --release --workspace --locked

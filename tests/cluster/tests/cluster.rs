@@ -47,6 +47,24 @@ fn start_with_history(name: &str, options: Options) -> TestCluster {
 }
 
 
+/// The harness itself: a daemon that crashes fails its test, and the failure
+/// shows the crashed program's stack (all CI keeps is the output).
+#[test]
+fn t0_a_crashed_daemon_fails_the_test_and_shows_its_stack() {
+    let c = TestCluster::start("crashcheck", BUDGET, Options::default());
+    let pid = std::fs::read_to_string(c.dir.join("pids/slurmd-n4.pid")).unwrap();
+    let out = std::process::Command::new("kill").args(["-SEGV", pid.trim()]).output().unwrap();
+    assert!(out.status.success(), "kill: {}", text(&out));
+    c.wait_for("slurmd n4 dumps core", secs(20), || c.dir.join("run/core").exists() || std::fs::read_dir(c.dir.join("run")).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("core")));
+    let dir = c.dir.clone();
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(c))).expect_err("dropping a cluster whose daemon crashed fails the test");
+    let message = failure.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(message.contains("crashed"), "{message}");
+    assert!(message.contains("slurmd"), "names the program: {message}");
+    assert!(message.contains("SIGSEGV") && message.contains("#0 "), "shows the signal and the stack: {message}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn t1_bad_contracts_and_non_members_are_refused_at_submission() {
     let c = TestCluster::start("refusals", BUDGET, Options::default());
