@@ -25,7 +25,7 @@
 #                    any daemon that left a core file (in the test's output,
 #                    so a crash in CI can be read without the machine).
 # Always: libclang (bindgen, in slurm-sys/build.rs), a C toolchain (the cc
-# crate), munge, and a font for the simulator's pictures.
+# crate), munge, the system's SQLite, and a font for the simulator's pictures.
 #
 # Idempotent: a re-run on a ready machine touches no network and takes about a
 # second. Prints one line per step.
@@ -163,13 +163,15 @@ host_mirrors
 #   procps util-linux     pgrep/pkill and runuser/setsid, used by scripts/cluster.sh
 #   coreutils             timeout/mknod (essential, listed so the check is explicit)
 #   fonts-dejavu-core     the font `allot simulate` draws its pictures' text with
+#   libsqlite3-dev        the system's SQLite, which the ledger links (one copy
+#                         per process: the plugins share it inside slurmctld)
 #   22.05: slurm-wlm slurmctld slurmd slurm-client libslurm-dev
 #                         the daemons, sbatch/squeue/..., headers and libslurm
 #   24.11: debootstrap    makes the Debian 13 root
 #   --accounting (22.05): slurmdbd mariadb-server
 #   --browser:            chromium
 #   --debugger:           gdb
-packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core)
+packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core libsqlite3-dev)
 has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
 has_release 24.11 && packages+=(debootstrap)
 ((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
@@ -414,8 +416,9 @@ install_24_11() {
     # The Debian 13 root the test clusters' daemons run in: debootstrap's
     # minimal system (the marker says it completed), plus Debian's Slurm
     # packages, installed when missing.
-    # The font: the package's allot draws its pictures in the root.
-    local root_packages=(slurmctld slurmd slurm-client munge fonts-dejavu-core)
+    # The font: the package's allot draws its pictures in the root; SQLite:
+    # the ledger's, which the plugins and allot link (the package depends on it).
+    local root_packages=(slurmctld slurmd slurm-client munge fonts-dejavu-core libsqlite3-0)
     ((accounting)) && root_packages+=(slurmdbd mariadb-server)
     local marker=$root/.allot-root
     if [[ -f $marker && -x $root/usr/bin/apt-get ]]; then

@@ -50,12 +50,19 @@ pub enum LedgerError {
     SchemaMismatch { path: String, found: usize, expected: usize },
     #[error("ledger {path} does not exist; sync a budget first (`allot sync budgets.toml`)")]
     Missing { path: String },
+    #[error("ledger {path}: this machine's SQLite is {found}, allot needs {MIN_SQLITE} or later (its tables are STRICT); upgrade libsqlite3-0")]
+    SqliteTooOld { path: String, found: String },
     /// A budget sync refused by its permission check; nothing was written.
     #[error("{0}")]
     Refused(String),
 }
 
 pub type Result<T> = std::result::Result<T, LedgerError>;
+
+/// The oldest SQLite the ledger's schema works with: STRICT tables came in
+/// 3.37.0 (Debian 12 has 3.40.1, Debian 13 3.46.1).
+pub const MIN_SQLITE: &str = "3.37.0";
+const MIN_SQLITE_NUMBER: i32 = 3_037_000;
 
 /// Schema migrations, oldest first. Never edit a released one: append.
 const MIGRATIONS: &[&str] = &[
@@ -219,6 +226,10 @@ impl Ledger {
     }
 
     fn setup(mut conn: Connection, path: String, writable: bool) -> Result<Ledger> {
+        // The SQLite is the system's (see the workspace Cargo.toml), so it may be old.
+        if rusqlite::version_number() < MIN_SQLITE_NUMBER {
+            return Err(LedgerError::SqliteTooOld { path, found: rusqlite::version().to_owned() });
+        }
         let sql = |source| LedgerError::Sqlite { path: path.clone(), source };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
         if writable {

@@ -603,3 +603,33 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     assert!(r["by_kind"]["training"]["wait_p90_s"].as_i64() >= Some(5), "dave's training job waited for teama's: {}", r["by_kind"]);
     assert!(r["unallocated_fraction"].as_f64().unwrap() > 0.0, "carol's run is unallocated: {r}");
 }
+
+/// Three plugins open the ledger inside one slurmctld. Each must use the
+/// process's one SQLite (the system's libsqlite3), never a copy of its own:
+/// copies cannot see each other's POSIX locks, so one that reopened the
+/// ledger reset the WAL index another had mapped (SIGBUS in t9, once in a
+/// dozen runs under load) and each copy's close dropped the others' locks.
+#[test]
+fn t14_the_plugins_share_slurmctlds_one_sqlite() {
+    let c = TestCluster::start("onesqlite", BUDGET, Options::default());
+    // Every plugin has opened the ledger by the first submission.
+    c.sbatch("alice", &["--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
+    let pid = std::fs::read_to_string(c.dir.join("pids/slurmctld.pid")).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", pid.trim())).unwrap();
+    let mapped: std::collections::BTreeSet<&str> = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).filter(|p| p.starts_with('/')).collect();
+    let sqlites: Vec<&&str> = mapped.iter().filter(|p| p.contains("libsqlite3")).collect();
+    assert_eq!(sqlites.len(), 1, "slurmctld maps one SQLite library: {sqlites:?}");
+    let plugins: Vec<&&str> = mapped.iter().filter(|p| p.ends_with("_allot.so")).collect();
+    assert_eq!(plugins.len(), 4, "the four plugins are loaded: {plugins:?}");
+    for plugin in plugins {
+        // As this host sees the file (a release root's daemons see it without the root).
+        let here = match &Release::current().root {
+            Some(root) if !std::path::Path::new(plugin).starts_with(root) => root.join(plugin.trim_start_matches('/')),
+            _ => std::path::PathBuf::from(plugin),
+        };
+        let nm = std::process::Command::new("nm").arg(&here).output().expect("nm (binutils) runs");
+        assert!(nm.status.success(), "nm {}: {}", here.display(), text(&nm));
+        let own: Vec<String> = String::from_utf8_lossy(&nm.stdout).lines().filter(|l| l.contains(" T sqlite3_") || l.contains(" t sqlite3_")).map(str::to_owned).take(3).collect();
+        assert!(own.is_empty(), "{} has SQLite of its own: {own:?}", here.display());
+    }
+}
