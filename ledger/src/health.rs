@@ -67,6 +67,8 @@ pub enum Problem {
     Corrupt(String),
     /// Another process holds a lock on it ("database is locked").
     Locked(String),
+    /// The filesystem it is on has no room left ("database or disk is full").
+    Full(String),
     /// A readable database whose schema is not this allot's.
     Schema(String),
     /// It cannot be opened or read (permissions, I/O errors, ...).
@@ -80,6 +82,12 @@ impl Problem {
         matches!(self, Problem::NotADatabase(_) | Problem::Corrupt(_))
     }
 
+    /// Whether there is more to tell the user than SQLite's own words:
+    /// how to recover, or what to do and what was kept.
+    pub fn has_advice(&self) -> bool {
+        self.needs_recovery() || matches!(self, Problem::Locked(_) | Problem::Full(_))
+    }
+
     /// One sentence naming the ledger at `path` and what is wrong with it.
     pub fn describe(&self, path: &Path) -> String {
         let p = path.display();
@@ -88,6 +96,7 @@ impl Problem {
             Problem::NotADatabase(d) => format!("the ledger {p} is not a valid SQLite database ({d})"),
             Problem::Corrupt(d) => format!("the ledger {p} is damaged ({d})"),
             Problem::Locked(d) => format!("the ledger {p} is locked by another process ({d})"),
+            Problem::Full(d) => format!("the disk the ledger {p} is on is full ({d})"),
             Problem::Schema(d) => format!("the ledger {p} has an unexpected schema ({d})"),
             Problem::Unreadable(d) => format!("the ledger {p} cannot be read ({d})"),
         }
@@ -101,6 +110,7 @@ impl fmt::Display for Problem {
             Problem::NotADatabase(d) => write!(f, "not a database: {d}"),
             Problem::Corrupt(d) => write!(f, "corrupt: {d}"),
             Problem::Locked(d) => write!(f, "locked: {d}"),
+            Problem::Full(d) => write!(f, "disk full: {d}"),
             Problem::Schema(d) => write!(f, "schema: {d}"),
             Problem::Unreadable(d) => write!(f, "unreadable: {d}"),
         }
@@ -128,6 +138,7 @@ pub fn classify_sqlite(err: &rusqlite::Error) -> Option<Problem> {
         ErrorCode::NotADatabase => Problem::NotADatabase(detail),
         ErrorCode::DatabaseCorrupt => Problem::Corrupt(detail),
         ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => Problem::Locked(detail),
+        ErrorCode::DiskFull => Problem::Full(detail),
         ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly | ErrorCode::SystemIoFailure => Problem::Unreadable(detail),
         _ => return None,
     })

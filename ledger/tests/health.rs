@@ -145,3 +145,23 @@ fn sqlite_errors_are_classified() {
     assert_eq!(health::classify_sqlite(&failure(ffi::SQLITE_CONSTRAINT)), None);
     assert!(!Problem::Locked(String::new()).needs_recovery());
 }
+
+/// A write that finds no room (SQLite's "database or disk is full", here
+/// from a page limit rather than a real disk: cluster test h8 fills one) is
+/// told apart from damage: nothing to recover, only room to make.
+#[test]
+fn a_full_disk_is_its_own_problem_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = ledger_with_budget(dir.path(), false);
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let pages: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    let _: i64 = c.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| r.get(0)).unwrap();
+    let err = c.execute_batch("CREATE TABLE filler (x BLOB); INSERT INTO filler VALUES (zeroblob(100000));").unwrap_err();
+    let problem = health::classify(&allot_ledger::LedgerError::Sqlite { path: path.display().to_string(), source: err }).expect("classified");
+    assert!(matches!(problem, Problem::Full(_)), "{problem:?}");
+    assert!(!problem.needs_recovery() && problem.has_advice());
+    assert!(problem.describe(&path).contains("is full"), "{}", problem.describe(&path));
+    drop(c);
+    // The failed write left the ledger as it was.
+    assert!(matches!(health::diagnose(&path), Ok(h) if h.budget_version == Some(1)));
+}

@@ -51,6 +51,11 @@ pub fn explain(problem: &Problem, path: &Path) -> String {
             "{what}; try again in a moment. If it stays locked, `fuser -v {p} {p}-wal` shows which process holds it.",
             p = path.display()
         ),
+        Problem::Full(_) => format!(
+            "{what}; nothing was written and the ledger is as it was. Free space on that filesystem (`df -h {dir}`) and run the command again; \
+             the plugins keep scheduling, keep their runs in memory, and write them once there is room.",
+            dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).display()
+        ),
         Problem::Missing => format!("{what}; sync a budget first (`allot sync <budget file>`)"),
         _ => what,
     }

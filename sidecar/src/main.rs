@@ -201,7 +201,7 @@ fn fail(e: &anyhow::Error, ledger: Option<&Path>) -> ExitCode {
                     Some(sync::SyncError::Ledger(le)) => Some(le),
                     _ => None,
                 })?;
-                health::classify(ledger_error).filter(|p| p.needs_recovery() || matches!(p, health::Problem::Locked(_)))
+                health::classify(ledger_error).filter(health::Problem::has_advice)
             })
             .map(|p| (p, ledger))
     });

@@ -82,7 +82,7 @@ pub fn sync_text_from(ledger: &Path, text: &str, shown: &str, recorded: &str, ac
     let mut l = Ledger::open(ledger)?;
     match l.sync_budget_authorized(text, &tree, &actor.name, recorded, now, |current| authorize(&tree, current, actor)) {
         Err(LedgerError::Refused(why)) => Err(SyncError::Refused(why)),
-        Err(e) => match allot_ledger::health::classify(&e).filter(|p| p.needs_recovery() || matches!(p, allot_ledger::health::Problem::Locked(_))) {
+        Err(e) => match allot_ledger::health::classify(&e).filter(allot_ledger::health::Problem::has_advice) {
             Some(problem) => Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger))),
             None => Err(e.into()),
         },

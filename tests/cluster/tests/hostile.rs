@@ -481,3 +481,103 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
     let diff = (ledger_gpu_s - slurm_gpu_s).abs() as f64 / slurm_gpu_s as f64;
     assert!(diff <= 0.01, "ledger {ledger_gpu_s} GPU-s vs Slurm {slurm_gpu_s} GPU-s: {:.2}% apart", diff * 100.0);
 }
+
+/// A tmpfs of `size` at `dir`, unmounted on drop (lazily: slurmctld may
+/// still hold the ledger's files open when the test ends).
+struct SmallDisk(std::path::PathBuf);
+
+impl SmallDisk {
+    fn mount(dir: std::path::PathBuf, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size},mode=0755"), "tmpfs"]).arg(&dir).output().unwrap();
+        assert!(out.status.success(), "mount a tmpfs: {}", text(&out));
+        SmallDisk(dir)
+    }
+
+    /// Fills what is left of it with one file; returns its path.
+    fn fill(&self) -> std::path::PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        for chunk in [1 << 16, 1 << 12, 1 << 9, 1] {
+            let buf = vec![0u8; chunk];
+            while f.write_all(&buf).is_ok() {}
+        }
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.0).output();
+    }
+}
+
+/// The disk the ledger lives on fills up. Scheduling goes on, the plugins
+/// keep every run in memory and say so, and once space is freed every run
+/// of the fault reaches the ledger as Slurm ran it; the ledger is intact.
+#[test]
+fn h8_a_full_ledger_disk_loses_no_run() {
+    let c = TestCluster::start("ledgerfull", BUDGET, Options::default());
+    // The ledger on a small disk of its own: a fresh one there, then
+    // slurmctld pointed at it.
+    let disk = SmallDisk::mount(c.dir.join("ledgerdisk"), "16m");
+    let ledger = disk.0.join("ledger.db");
+    let allot = |args: &[&str]| std::process::Command::new(allot_cluster_tests::target_release().join("allot")).arg("--ledger").arg(&ledger).args(args).output().unwrap();
+    let sync = allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
+    assert!(sync.status.success(), "{}", text(&sync));
+    let conf = c.dir.join("etc/allot.conf");
+    let text_conf = std::fs::read_to_string(&conf).unwrap();
+    let moved: String = text_conf.lines().map(|l| if l.starts_with("LedgerPath=") { format!("LedgerPath={}\n", c.inner(&ledger).display()) } else { format!("{l}\n") }).collect();
+    assert_ne!(moved, text_conf, "allot.conf has a LedgerPath line");
+    std::fs::write(&conf, moved).unwrap();
+    c.restart_slurmctld();
+    let runs_of = |jobs: &[u32]| -> Option<HashMap<u32, Vec<RunRow>>> {
+        let l = Ledger::open_read_only(&ledger).ok()?;
+        Some(jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect())
+    };
+    let before: Vec<u32> = (0..2).map(|_| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap()).collect();
+    c.wait_for("runs reach the ledger on its own disk", secs(60), || runs_of(&before).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some()))));
+
+    // Full. Jobs still start and end, and each is still checked at sbatch.
+    let filler = disk.fill();
+    let during: Vec<u32> = (0..6).map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(1 + i % 3)]).unwrap()).collect();
+    let refused = c.sbatch("alice", &["--comment=min_runtime=9h", &sleep_job(5)]);
+    assert!(refused.unwrap_err().contains("exceeds the cluster cap of 8h"), "contracts are checked on a full disk");
+    // A manager's edit is refused with what to do, and changes nothing.
+    let version = || Ledger::open_read_only(&ledger).unwrap().current_budget_version().unwrap();
+    let was = version();
+    let edited = c.dir.join("budgets-edited.toml");
+    std::fs::write(&edited, std::fs::read_to_string(c.dir.join("budgets.toml")).unwrap().replacen("share = 1", "share = 2", 1)).unwrap();
+    let sync = allot(&["sync", edited.to_str().unwrap()]);
+    assert!(!sync.status.success(), "a sync onto a full disk succeeded: {}", text(&sync));
+    assert!(text(&sync).contains("is full") && text(&sync).contains("df -h"), "{}", text(&sync));
+    assert_eq!(version(), was, "the refused sync changed the ledger");
+    c.wait_for("jobs run and end on a full ledger disk", secs(60), || during.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    c.wait_for("the plugin says the ledger cannot be written", secs(30), || c.ctld_log().lines().any(|l| l.contains("priority/allot") && l.contains("writing the ledger") && l.contains("kept in memory")));
+    let log = c.ctld_log();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains("priority/allot") && l.contains("error:") && l.contains("writing the ledger")).collect();
+    assert!(lines.iter().any(|l| l.contains("full")), "the message says the disk is full:\n{}", lines.join("\n"));
+    assert!(lines.len() <= 2, "logged once a minute at most, not per period:\n{}", lines.join("\n"));
+    let missing = runs_of(&during).map_or(during.len(), |r| r.values().filter(|runs| !runs.iter().any(|r| r.run_end.is_some())).count());
+    assert!(missing > 0, "nothing failed to be written: the disk was not full");
+
+    // Space again: every run of the fault arrives, as Slurm ran it.
+    std::fs::remove_file(filler).unwrap();
+    c.wait_for("the kept runs reach the ledger", secs(60), || runs_of(&during).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some()))));
+    let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+    let runs = runs_of(&during).unwrap();
+    for &id in before.iter().chain(&during) {
+        let r = if during.contains(&id) { &runs[&id] } else { &runs_of(&[id]).unwrap()[&id] };
+        let s = &slurm[&id];
+        assert_eq!(r.len(), 1, "job {id}: {r:?}");
+        assert_eq!((r[0].run_start, r[0].run_end), (field_i64(s, "StartTime"), Some(field_i64(s, "EndTime"))), "job {id}: the ledger's run is Slurm's");
+        assert_eq!(r[0].gpus as i64, gpus_of(s), "job {id}");
+    }
+    let check = allot(&["ledger", "check"]);
+    assert!(check.status.success() && text(&check).contains("ok"), "{}", text(&check));
+    // As on a failure: the disk goes (lazily: slurmctld still has the
+    // ledger open), then the cluster.
+    drop(disk);
+    drop(c);
+}
