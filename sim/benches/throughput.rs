@@ -30,6 +30,11 @@
 //! Targets (issue 13): the October month under allot in under 0.25 s; the
 //! 300,000-job run in under 5 s.
 
+// The allocator the `allot` command uses (sidecar/src/main.rs), so the
+// figures are the command's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
