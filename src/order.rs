@@ -73,6 +73,7 @@ impl QueueGroup {
     }
 
     /// The group at `index` (the inverse of [`QueueGroup::index`]).
+    #[inline] // asked by the simulator at every pass, from another crate
     pub fn at(index: usize, leaves: usize) -> QueueGroup {
         let level = index % LEVELS;
         let rest = index / LEVELS;
@@ -83,6 +84,7 @@ impl QueueGroup {
     /// Position of the group in the order under `ranking`, 0 first: tier,
     /// then the leaf's rank, then the declared priority, high first. `None`
     /// if the leaf is unknown to this ranking.
+    #[inline] // asked by the simulator at every pass, from another crate
     pub fn position(&self, ranking: &Ranking) -> Option<usize> {
         let rank = *ranking.leaf_rank.get(self.leaf as usize)? as usize;
         Some((usize::from(!self.allocated) * ranking.leaves() + rank) * LEVELS + Self::level(self.priority))

@@ -387,6 +387,7 @@ impl Outranking {
     /// [`Outranking::allowed`] for every victim leaf at once, as bits (leaf
     /// v: bit v), for a ranking of the same tree of at most 64 leaves;
     /// `None` otherwise.
+    #[inline] // asked by the simulator at every pass, from another crate
     pub fn allowed_mask(&self, waiting: LeafId, ranking: &Ranking, margin: f64) -> Option<u64> {
         let partings = self.by_waiting.get(waiting as usize).filter(|_| ranking.leaves() == self.leaves)?;
         let mut mask = 0;
@@ -412,6 +413,7 @@ impl Outranking {
 /// The order in which running jobs are offered up for preemption, lowest
 /// first (Slurm's preempt `PRIO`): unallocated jobs, then allocated jobs
 /// from the lowest-ranked leaf up.
+#[inline] // asked by the simulator at every pass, from another crate
 pub fn preemption_order(job: &RunningJob, ranking: &Ranking) -> u32 {
     let leaves = ranking.leaves() as u32;
     let rank = job.leaf.and_then(|l| ranking.leaf_rank.get(l as usize)).copied().unwrap_or(leaves);
@@ -457,6 +459,7 @@ pub fn grace_for(job: &RunningJob, settings: &ClusterSettings) -> i64 {
 /// costs little. A large preemptor still gets what it needs: it takes
 /// victims in this order until it has enough (a whole-node job takes whole
 /// nodes anyway).
+#[inline] // asked by the simulator at every pass, from another crate
 pub fn victim_order(job: &RunningJob, gpus: u32, resumable: bool, ranking: &Ranking, rules: PreemptRules) -> u32 {
     if !rules.smallest_first {
         return preemption_order(job, ranking);
