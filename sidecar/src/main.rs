@@ -10,8 +10,9 @@ use clap::{Parser, Subcommand};
 
 mod simulate;
 
-// mimalloc: `allot simulate` runs some 7% faster than on glibc's malloc
-// (the 300,000-job benchmark, sim/README.md), with byte-identical reports.
+// mimalloc: `allot simulate` ran 7% to 17% faster than on glibc's malloc in
+// alternating runs of the 300,000-job case (sim/README.md, "Speed"), with
+// byte-identical reports.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
