@@ -429,7 +429,7 @@ impl Drop for TestCluster {
 
 /// What gdb reads from a core file: the program that dumped it, the thread
 /// that crashed, and every thread's stack. CI keeps only the test's output,
-/// so the crash must be readable there. Empty of stacks without gdb.
+/// so the crash must be readable there. Without gdb, says so.
 fn core_stacks(core: &Path) -> String {
     let gdb = |args: &[String]| Command::new("gdb").args(["-batch", "-nx"]).args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr));
     let core_arg = core.display().to_string();
@@ -451,7 +451,9 @@ fn core_stacks(core: &Path) -> String {
     if let Some(root) = &root {
         args.extend(["-ex".to_owned(), format!("set sysroot {}", root.display())]);
     }
-    args.extend(["-ex", "bt 40", "-ex", "thread apply all bt 25", "-c"].map(String::from));
+    // The crashed thread whole (where a plugin called in is near its
+    // bottom), then every thread's innermost frames.
+    args.extend(["-ex", "bt", "-ex", "thread apply all bt 25", "-c"].map(String::from));
     args.push(core_arg);
     args.push(exe.display().to_string());
     let stacks = gdb(&args).unwrap_or_else(|e| format!("gdb: {e}"));
