@@ -232,14 +232,24 @@ impl Engine<'_> {
     /// counts: free for all, or unprotected in its leaf.
     pub(super) fn victim_books_on_nodes(&mut self, j: u32, unprotected: bool, sign: i32) {
         let leaf = self.jobs[j as usize].leaf as usize;
+        let level = self.jobs[j as usize].contract.priority as usize;
+        let words = self.node_words;
         for i in 0..self.jobs[j as usize].alloc.len() {
             let (n, mask) = self.jobs[j as usize].alloc[i];
             let c = mask.count_ones();
             let apply = |x: &mut u32| *x = if sign > 0 { *x + c } else { *x - c };
+            let (word, bit) = (n as usize / 64, 1u64 << (n % 64));
+            // Bit `bit` of `set`: whether `count` is not 0.
+            let mark = |set: &mut u64, count: u32| *set = if count > 0 { *set | bit } else { *set & !bit };
             if unprotected {
                 let cell = n as usize * self.leaves + leaf;
                 apply(&mut self.unprot_on[cell]);
                 apply(&mut self.unprot_on_total[n as usize]);
+                mark(&mut self.unprot_nodes[leaf * words + word], self.unprot_on[cell]);
+                if let Some(below) = self.unprot_on_below[cell].get_mut(level) {
+                    apply(below);
+                    mark(&mut self.below_nodes[(leaf * 2 + level) * words + word], *below);
+                }
                 if leaf < 64 {
                     let bit = 1u64 << leaf;
                     let bits = &mut self.unprot_leaves_on[n as usize];
@@ -247,6 +257,7 @@ impl Engine<'_> {
                 }
             } else {
                 apply(&mut self.ffa_on[n as usize]);
+                mark(&mut self.ffa_nodes[word], self.ffa_on[n as usize]);
             }
             self.refresh_reclaim(n);
         }

@@ -458,6 +458,20 @@ pub(crate) struct Engine<'a> {
     ffa_on: Vec<u32>,
     unprot_on: Vec<u32>,
     unprot_on_total: Vec<u32>,
+    /// Per node and leaf, the part of `unprot_on` of priority low and of
+    /// normal (rule 5 lets a job take only its teammates' runs of a lower
+    /// priority than its own).
+    unprot_on_below: Vec<[u32; 2]>,
+    /// The same counts as node sets (bit `n % 64` of word `n / 64`), so a
+    /// search reads only the nodes where some run it may take is:
+    /// `ffa_nodes`: nodes with free-for-all runs; `unprot_nodes[leaf *
+    /// words + word]`: with the leaf's unprotected runs; `below_nodes[(leaf
+    /// * 2 + level) * words + word]`: with those of priority low or normal.
+    ffa_nodes: Vec<u64>,
+    unprot_nodes: Vec<u64>,
+    below_nodes: Vec<u64>,
+    /// Words of a node set.
+    node_words: usize,
     /// Per node, with at most 64 leaves: bit `leaf` set iff the leaf has
     /// unprotected GPUs there (so a search visits only those leaves).
     unprot_leaves_on: Vec<u64>,
@@ -519,6 +533,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        let node_words = (cfg.cluster.nodes as usize).div_ceil(64);
         let n_groups = match cfg.policy {
             PolicyKind::Allot => 2 * leaves * 3,
             PolicyKind::Baseline => 2 * 3,
@@ -579,6 +594,11 @@ impl<'a> Engine<'a> {
             ffa_on: vec![0; cfg.cluster.nodes as usize],
             unprot_on: vec![0; cfg.cluster.nodes as usize * leaves],
             unprot_on_total: vec![0; cfg.cluster.nodes as usize],
+            unprot_on_below: vec![[0; 2]; cfg.cluster.nodes as usize * leaves],
+            ffa_nodes: vec![0; node_words],
+            unprot_nodes: vec![0; leaves * node_words],
+            below_nodes: vec![0; leaves * 2 * node_words],
+            node_words,
             unprot_leaves_on: vec![0; cfg.cluster.nodes as usize],
             reclaim: Buckets::new(cfg.cluster.nodes, cfg.cluster.gpus_per_node, cfg.cluster.gpus_per_node),
             extra: vec![0; cfg.cluster.nodes as usize],

@@ -228,6 +228,28 @@ impl Engine<'_> {
         gpus
     }
 
+    /// Word `word` of the set of nodes where some run that a job of row
+    /// `row` (`same`: taking its own leaf's runs too) may take is: a node
+    /// without one cannot be made room on.
+    fn nodes_with_victims(&self, word: usize, row: usize, same: bool) -> u64 {
+        let words = self.node_words;
+        let mut nodes = self.ffa_nodes[word];
+        let mut with_leaf = |leaf: usize| nodes |= self.unprot_nodes[leaf * words + word];
+        if self.leaves <= 64 {
+            let mut bits = self.allowed_bits[row] & self.unprotected_leaves;
+            while bits != 0 {
+                with_leaf(bits.trailing_zeros() as usize);
+                bits &= bits - 1;
+            }
+        } else {
+            self.allowed_list[row].iter().for_each(|&v| with_leaf(v as usize));
+        }
+        if same {
+            with_leaf(row / 2);
+        }
+        nodes
+    }
+
     /// Whether jobs of preemption row `row` may take leaf `v`'s unprotected
     /// runs (this pass, for the rows `cross_victim_gpus` filled).
     fn row_takes(&self, row: usize, v: usize) -> bool {
@@ -238,10 +260,10 @@ impl Engine<'_> {
         }
     }
 
-    /// GPUs of `j`'s possible victims on node `n`, from the books (an
-    /// upper bound with `same`: every unprotected run of `j`'s own leaf).
-    pub(super) fn reclaimable_on(&self, n: u32, row: usize, same: bool) -> u32 {
-        let w = row / 2;
+    /// GPUs on node `n` of the runs of other leaves that a job of
+    /// preemption row `row` may take, and of free-for-all runs (from the
+    /// books, for the rows `cross_victim_gpus` filled this pass).
+    pub(super) fn reclaimable_on(&self, n: u32, row: usize) -> u32 {
         let mut r = self.ffa_on[n as usize];
         if self.unprot_on_total[n as usize] > 0 {
             let base = n as usize * self.leaves;
@@ -257,11 +279,16 @@ impl Engine<'_> {
                     r += self.unprot_on[base + v as usize];
                 }
             }
-            if same {
-                r += self.unprot_on[base + w];
-            }
         }
         r
+    }
+
+    /// GPUs on node `n` of leaf `leaf`'s unprotected runs: all, and those
+    /// of a priority below `priority` (what rule 5 may let a job of
+    /// that priority take, whatever the minimum runtimes).
+    fn own_leaf_on(&self, n: u32, leaf: usize, priority: PriorityLevel) -> (u32, u32) {
+        let cell = n as usize * self.leaves + leaf;
+        (self.unprot_on[cell], self.unprot_on_below[cell][..priority as usize].iter().sum())
     }
 
     /// Allot with preemption within a team: `j` may take GPUs of some
@@ -439,38 +466,58 @@ impl Engine<'_> {
         let same = self.same_leaf_possible(j);
         // Nodes where free GPUs and this job's possible victims make room
         // (none if none were for a job of the same row, nodes and need
-        // since the last start or preemption: nothing else adds room).
+        // since the last start or preemption: nothing else adds room). The
+        // possible victims of its own leaf, for the count of searches
+        // (`preempt_max_job_test`): all its unprotected runs; for the nodes
+        // searched: those of a lower priority (rule 5 takes no other).
         let none_key = self.no_candidates_key(row, all, same, need);
         let candidates = &mut scratch.candidates;
         candidates.clear();
+        let mut counted = 0;
         if around.is_some() || !self.known_no_candidates(none_key) {
             // Nodes usable, with too few free GPUs, and room enough counting
             // every possible victim (the bit sets narrow before any is read).
             for word in 0..self.reclaim.words() {
-                let mut bits = self.reclaim.at_least(need, word) & self.nodes.with_fewer_free_than(need, all, word);
+                let mut bits = self.reclaim.at_least(need, word) & self.nodes.with_fewer_free_than(need, all, word) & self.nodes_with_victims(word, row, same);
                 while bits != 0 {
                     let n = word as u32 * 64 + bits.trailing_zeros();
                     bits &= bits - 1;
-                    if !reserved(n, need) && self.nodes.free_on(n) + self.reclaimable_on(n, row, same) >= need {
-                        candidates.push(n);
+                    if reserved(n, need) {
+                        continue;
+                    }
+                    let room = self.nodes.free_on(n) + self.reclaimable_on(n, row);
+                    let (own, below) = if same { self.own_leaf_on(n, w, prio) } else { (0, 0) };
+                    if room + own >= need {
+                        counted += 1;
+                        if room + below >= need {
+                            candidates.push(n);
+                        }
                     }
                 }
             }
-            if candidates.is_empty() && around.is_none() {
+            if counted == 0 && around.is_none() {
                 self.no_candidates[none_key] = (self.passes, self.placements);
             }
+        }
+        if self.cfg.check_policy && around.is_none() {
+            self.check_candidates(j, need, all, candidates);
         }
         let free_nodes = &mut scratch.free_nodes;
         free_nodes.clear();
         if whole {
             free_nodes.extend(self.nodes.with_free(g).filter(|&n| self.nodes.usable(n, all) && !reserved(n, g)).take(nodes_needed));
         }
-        if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
+        if counted == 0 || counted + free_nodes.len() < nodes_needed {
             fail(self);
             return None;
         }
         *searches += 1;
         self.preempt_searches += 1;
+        if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
+            // No node can be made room on by the runs rule 5 lets it take.
+            fail(self);
+            return None;
+        }
         let (best, victims, taken) = (&mut scratch.best, &mut scratch.victims, &mut scratch.taken);
         let of = VictimsOf::new(self, j);
         best.clear();
@@ -560,6 +607,21 @@ impl Engine<'_> {
 
     pub(super) fn gpus_on(&self, v: u32, node: u32) -> u32 {
         self.jobs[v as usize].alloc.iter().filter(|(n, _)| *n == node).map(|(_, m)| m.count_ones()).sum()
+    }
+
+    /// Tests: every node left out of `j`'s search (by the bounds, or the
+    /// record that none had room) has too few GPUs free and to take from
+    /// the runs the books let `j` preempt.
+    fn check_candidates(&self, j: u32, need: u32, all: bool, candidates: &[u32]) {
+        let of = VictimsOf::new(self, j);
+        for n in 0..self.cfg.cluster.nodes {
+            if !self.nodes.usable(n, all) || self.nodes.free_on(n) >= need || candidates.contains(&n) {
+                continue;
+            }
+            let victims: u32 = self.on_node[n as usize].iter().filter(|&&v| self.is_victim_by_books_for(v, &of)).map(|&v| self.gpus_on(v, n)).sum();
+            let room = self.nodes.free_on(n) + victims;
+            assert!(room < need, "node {n} has room for job {j} ({room} of {need} GPUs, free and to take), but its search left the node out");
+        }
     }
 
     /// Tests: the fast victim total is what asking `may_preempt` of every
