@@ -233,31 +233,27 @@ impl Engine<'_> {
     pub(super) fn victim_books_on_nodes(&mut self, j: u32, unprotected: bool, sign: i32) {
         let leaf = self.jobs[j as usize].leaf as usize;
         let level = self.jobs[j as usize].contract.priority as usize;
-        let words = self.node_words;
+        let words = self.reclaim.words(); // of a node set
         for i in 0..self.jobs[j as usize].alloc.len() {
             let (n, mask) = self.jobs[j as usize].alloc[i];
             let c = mask.count_ones();
             let apply = |x: &mut u32| *x = if sign > 0 { *x + c } else { *x - c };
-            let (word, bit) = (n as usize / 64, 1u64 << (n % 64));
-            // Bit `bit` of `set`: whether `count` is not 0.
-            let mark = |set: &mut u64, count: u32| *set = if count > 0 { *set | bit } else { *set & !bit };
+            let (word, node_bit) = (n as usize / 64, 1u64 << (n % 64));
             if unprotected {
                 let cell = n as usize * self.leaves + leaf;
                 apply(&mut self.unprot_on[cell]);
                 apply(&mut self.unprot_on_total[n as usize]);
-                mark(&mut self.unprot_nodes[leaf * words + word], self.unprot_on[cell]);
+                mark(&mut self.unprot_nodes[leaf * words + word], node_bit, self.unprot_on[cell] > 0);
                 if let Some(below) = self.unprot_on_below[cell].get_mut(level) {
                     apply(below);
-                    mark(&mut self.below_nodes[(leaf * 2 + level) * words + word], *below);
+                    mark(&mut self.below_nodes[(leaf * 2 + level) * words + word], node_bit, *below > 0);
                 }
                 if leaf < 64 {
-                    let bit = 1u64 << leaf;
-                    let bits = &mut self.unprot_leaves_on[n as usize];
-                    *bits = if self.unprot_on[cell] > 0 { *bits | bit } else { *bits & !bit };
+                    mark(&mut self.unprot_leaves_on[n as usize], 1 << leaf, self.unprot_on[cell] > 0);
                 }
             } else {
                 apply(&mut self.ffa_on[n as usize]);
-                mark(&mut self.ffa_nodes[word], self.ffa_on[n as usize]);
+                mark(&mut self.ffa_nodes[word], node_bit, self.ffa_on[n as usize] > 0);
             }
             self.refresh_reclaim(n);
         }
@@ -311,4 +307,9 @@ impl Engine<'_> {
     }
 
     // ---- the scheduling pass -------------------------------------------
+}
+
+/// Sets (`on`) or clears `bit` of `set`.
+fn mark(set: &mut u64, bit: u64, on: bool) {
+    *set = if on { *set | bit } else { *set & !bit };
 }

@@ -470,8 +470,6 @@ pub(crate) struct Engine<'a> {
     ffa_nodes: Vec<u64>,
     unprot_nodes: Vec<u64>,
     below_nodes: Vec<u64>,
-    /// Words of a node set.
-    node_words: usize,
     /// Per node, with at most 64 leaves: bit `leaf` set iff the leaf has
     /// unprotected GPUs there (so a search visits only those leaves).
     unprot_leaves_on: Vec<u64>,
@@ -533,6 +531,7 @@ impl<'a> Engine<'a> {
                 }
             }
         }
+        // Words of a node set (as `Buckets::words`).
         let node_words = (cfg.cluster.nodes as usize).div_ceil(64);
         let n_groups = match cfg.policy {
             PolicyKind::Allot => 2 * leaves * 3,
@@ -598,7 +597,6 @@ impl<'a> Engine<'a> {
             ffa_nodes: vec![0; node_words],
             unprot_nodes: vec![0; leaves * node_words],
             below_nodes: vec![0; leaves * 2 * node_words],
-            node_words,
             unprot_leaves_on: vec![0; cfg.cluster.nodes as usize],
             reclaim: Buckets::new(cfg.cluster.nodes, cfg.cluster.gpus_per_node, cfg.cluster.gpus_per_node),
             extra: vec![0; cfg.cluster.nodes as usize],

@@ -232,7 +232,7 @@ impl Engine<'_> {
     /// `row` (`same`: taking its own leaf's runs too) may take is: a node
     /// without one cannot be made room on.
     fn nodes_with_victims(&self, word: usize, row: usize, same: bool) -> u64 {
-        let words = self.node_words;
+        let words = self.reclaim.words();
         let mut nodes = self.ffa_nodes[word];
         let mut with_leaf = |leaf: usize| nodes |= self.unprot_nodes[leaf * words + word];
         if self.leaves <= 64 {
