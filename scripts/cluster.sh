@@ -34,7 +34,8 @@
 #          a half-started or already stopped cluster. Keeps DIR's files.
 #
 # Environment:
-#   ALLOT_SLURM_RELEASE  22.05 (default) or 24.11 (scripts/release.sh).
+#   ALLOT_SLURM_RELEASE  22.05 (default), 24.11, or a site build of 25.05, 25.11
+#                     or 26.05 under its prefix (scripts/release.sh).
 #   ALLOT_PORT_BASE   slurmctld listens on BASE, slurmd n1..n4 on BASE+1..BASE+4
 #                     (default 17000). Two clusters need different DIRs and
 #                     bases at least 5 apart (e.g. 17000 and 17100).
@@ -81,6 +82,13 @@ release_check "$RELEASE"
 ROOT=$(release_field "$RELEASE" root)
 IN_ROOT=()
 [[ -n $ROOT ]] && IN_ROOT=(chroot "$ROOT")
+# A site build (scripts/build-slurm.sh) lives under its own prefix: its
+# commands and daemons come first on PATH.
+PREFIX=$(release_field "$RELEASE" prefix)
+if [[ -n $PREFIX ]]; then
+    [[ -x $PREFIX/sbin/slurmctld ]] || { printf 'cluster: ERROR: Slurm %s is not installed in %s: build it with scripts/build-slurm.sh (README, "Supported Slurm releases")\n' "$RELEASE" "$PREFIX" >&2; exit 1; }
+    export PATH="$PREFIX/bin:$PREFIX/sbin:$PATH"
+fi
 
 say() { printf 'cluster: %s\n' "$*"; }
 die() { printf 'cluster: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -323,7 +331,7 @@ port_in_use() {
 find_system_plugin_dir() {
     local d
     if [[ -n ${ALLOT_SYSTEM_PLUGIN_DIR:-} ]]; then echo "$ALLOT_SYSTEM_PLUGIN_DIR"; return; fi
-    for d in "$ROOT"/usr/lib/*/slurm-wlm "$ROOT"/usr/lib/slurm-wlm "$ROOT"/usr/lib64/slurm "$ROOT"/usr/lib/slurm; do
+    for d in ${PREFIX:+"$PREFIX/lib/slurm"} "$ROOT"/usr/lib/*/slurm-wlm "$ROOT"/usr/lib/slurm-wlm "$ROOT"/usr/lib64/slurm "$ROOT"/usr/lib/slurm; do
         if [[ -f $d/select_cons_tres.so ]]; then echo "${d#"$ROOT"}"; return; fi
     done
     die "Slurm $RELEASE's plugin directory (with select_cons_tres.so) not found under '${ROOT:-/}'; run scripts/install-deps.sh --slurm $RELEASE or set ALLOT_SYSTEM_PLUGIN_DIR"
@@ -513,7 +521,7 @@ cmd_up() {
         # start and end.
         cat >"$ETC/epilog-ctld.sh" <<EOS
 #!/bin/sh
-SLURM_CONF=$INNER/etc/slurm.conf SLURM_TIME_FORMAT=%s scontrol show job -o "\$SLURM_JOB_ID" >>"$INNER/log/run-ends.log" 2>&1
+SLURM_CONF=$INNER/etc/slurm.conf SLURM_TIME_FORMAT=%s ${PREFIX:+$PREFIX/bin/}scontrol show job -o "\$SLURM_JOB_ID" >>"$INNER/log/run-ends.log" 2>&1
 exit 0
 EOS
         chmod 755 "$ETC/epilog-ctld.sh"
@@ -717,6 +725,7 @@ case $command in
         set_paths "$dir"
         printf 'export SLURM_CONF=%s\n' "$INNER/etc/slurm.conf"
         printf 'export ALLOT_CLUSTER_DIR=%s\n' "$DIR"
+        [[ -z $PREFIX ]] || printf 'export PATH=%s\n' "$PREFIX/bin:$PREFIX/sbin:\$PATH"
         ;;
     logs)
         set_paths "$dir"

@@ -36,7 +36,7 @@ while [[ $# -gt 0 ]]; do
         *) die "unknown argument '$1'" ;;
     esac
 done
-[[ ${#releases[@]} -gt 0 ]] || releases=("${ALLOT_RELEASES[@]}")
+[[ ${#releases[@]} -gt 0 ]] || releases=("${ALLOT_CI_RELEASES[@]}")
 
 # The `allot` command links no Slurm: one build serves every release. The
 # documents are generated from its own clap definitions.

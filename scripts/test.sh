@@ -39,7 +39,7 @@ while [[ $# -gt 0 ]]; do
         *) cargo_args+=("$1"); shift ;;
     esac
 done
-[[ ${#releases[@]} -gt 0 ]] || releases=("${ALLOT_RELEASES[@]}")
+[[ ${#releases[@]} -gt 0 ]] || releases=("${ALLOT_CI_RELEASES[@]}")
 
 # rustup installs cargo in ~/.cargo/bin, which a minimal PATH (CI, sudo) lacks.
 cargo_bin=${HOME:-/root}/.cargo/bin

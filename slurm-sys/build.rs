@@ -1,28 +1,40 @@
-//! Generates raw bindings to one supported Slurm release (public headers from
-//! that release's libslurm-dev, slurmctld-internal headers from its source
-//! tree), the `cfg` naming the release, and a C-side layout table that
+//! Generates raw bindings to the Slurm whose source tree it is given
+//! (slurmctld-internal headers from the tree, public ones from the tree or
+//! its installed libslurm-dev), the "this release or later" cfgs of the
+//! plugin ABI steps allot knows, and a C-side layout table that
 //! `tests/layout.rs` checks every bound struct against.
 //!
+//! The tree decides everything: its version (META, cross-checked with
+//! `slurm/slurm_version.h`), its layouts (bindgen and the probe read its own
+//! headers, with its own `config.h` when it was configured) and the code
+//! paths (`cfg(slurm_ge_25_05)` and so on, one per ABI step in
+//! [`ABI_STEPS`]). No row per micro release: any micro version of a
+//! release allot knows builds, and the plugins carry exactly that version.
+//!
 //! Inputs (environment):
-//! - `ALLOT_SLURM_RELEASE`: the release to build for, `22.05` (the default,
-//!   Debian 12's 22.05.8) or `24.11` (Debian 13's 24.11.5). See [`RELEASES`].
-//! - `SLURM_SRC_DIR`: the unpacked Slurm source tree of that release; default
-//!   the release's directory under `/usr/local/src/allot`, which
-//!   `scripts/install-deps.sh` fills.
-//! - `SLURM_INCLUDE_DIR`: where that release's `slurm/slurm.h` and
-//!   `slurm/slurm_version.h` are installed (libslurm-dev); default per release.
+//! - `SLURM_SRC_DIR`: the Slurm source tree slurmctld was built from. A
+//!   configured tree (SchedMD's tarball after `./configure`, an rpmbuild
+//!   BUILD directory) is complete on its own. An unconfigured one (Debian's
+//!   `apt-get source`) needs `SLURM_INCLUDE_DIR` too.
+//! - `SLURM_BUILD_DIR`: where `./configure` ran, for out-of-tree builds
+//!   (it holds `config.h` and `slurm/slurm_version.h`); default `SLURM_SRC_DIR`.
+//! - `SLURM_INCLUDE_DIR`: installed public headers of the same version
+//!   (`slurm/slurm.h`, `slurm/slurm_version.h`: libslurm-dev, slurm-devel).
+//! - `ALLOT_SLURM_RELEASE`: without `SLURM_SRC_DIR`, one of the releases of
+//!   the repository's own test table (`scripts/release.sh`), whose tree and
+//!   headers `scripts/install-deps.sh` put in place; default 22.05.
 //! - `LIBCLANG_PATH`: honoured by bindgen (clang-sys) if libclang is not in a
 //!   standard place.
 //!
 //! Outputs in `OUT_DIR`: `bindings.rs`, `version.rs`, `layout_checks.rs`;
-//! `cargo:rustc-cfg=slurm="24.11"` (and the same for every release), and the
-//! `release` link metadata (`DEP_SLURM_RELEASE` in the build scripts of the
-//! crates that depend on this one, so they set the same cfg).
+//! `cargo:rustc-cfg=slurm_ge_X_Y` for every ABI step the tree is at or past,
+//! and link metadata for dependents' build scripts (`links = "slurm"`):
+//! `DEP_SLURM_ABI_CFGS` (those cfgs, comma-separated), `DEP_SLURM_ABI_KNOWN`
+//! (every step's cfg, for their check-cfg) and `DEP_SLURM_VERSION`.
 //!
 //! A plugin targets exactly one Slurm: struct layouts of slurmctld's
 //! internals change between releases and slurmctld refuses a plugin built for
-//! another version (`plugin_version` must equal `SLURM_VERSION_NUMBER`), so
-//! a tree or header of any other version is an error here.
+//! another version (`plugin_version` must equal `SLURM_VERSION_NUMBER`).
 
 use std::collections::HashMap;
 use std::env;
@@ -32,56 +44,71 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 
-/// A Slurm release allot's plugins are built for.
-struct Release {
-    /// What `ALLOT_SLURM_RELEASE` and the `slurm` cfg call it.
-    name: &'static str,
-    /// The one micro version of it that allot supports (Debian's).
-    version: (u32, u32, u32),
-    /// The Debian suite shipping that version.
-    suite: &'static str,
-    /// Default `SLURM_SRC_DIR` (scripts/install-deps.sh puts it there).
-    src_dir: &'static str,
-    /// Default `SLURM_INCLUDE_DIR`.
-    include_dir: &'static str,
+/// The oldest release allot builds for.
+const OLDEST: (u32, u32) = (22, 5);
+
+/// Each step of the plugin ABI (and of the headers) between the releases
+/// allot knows, oldest first: a tree of that release or later gets the cfg.
+/// What each step changed is said where its cfg is used (plugin/safe,
+/// wrapper.h). A Slurm newer than the last step is refused: its interfaces
+/// have not been read. Adding a release: read its src/interfaces/*.c and
+/// slurmctld.h against the last one, add a step here if anything allot uses
+/// changed, and its cfg arms; `scripts/release.sh` if the test suite gets it.
+const ABI_STEPS: &[AbiStep] = &[
+    // Plugin interfaces move to src/interfaces; priority_p_thread_start and
+    // priority_p_recover; job_modify and sprio's factors list change; lists
+    // become list_t.
+    AbiStep { release: (24, 11), cfg: "slurm_ge_24_11" },
+    // preempt_p_get_data splits into get_grace_time/get_mode/get_prio;
+    // jobcomp_p_log_record becomes record_job_end(job, event), plus record_job_start.
+    AbiStep { release: (25, 5), cfg: "slurm_ge_25_05" },
+    // priority_p_calc_fs_factor dropped; job_requeue becomes
+    // job_requeue_external(uid, slurm_step_id_t *, ...); job ids gain a SLUID.
+    AbiStep { release: (25, 11), cfg: "slurm_ge_25_11" },
+    // Header and struct changes only (bindgen follows them); no plugin
+    // symbol allot implements changed. A step so that code can say so.
+    AbiStep { release: (26, 5), cfg: "slurm_ge_26_05" },
+];
+
+/// Releases between the oldest and the first step, whose interfaces were
+/// never read against allot's: refused rather than guessed.
+const UNCHECKED_BELOW_FIRST_STEP: &[(u32, u32)] = &[(23, 2), (23, 11), (24, 5)];
+
+struct AbiStep {
+    release: (u32, u32),
+    cfg: &'static str,
 }
 
-/// Every supported release. Adding one: a row here, the header moves in
-/// wrapper.h, `cfg(slurm = ...)` arms where the plugin ABI differs
-/// (plugin/safe), and the release in scripts/install-deps.sh.
-const RELEASES: &[Release] = &[
-    Release {
-        name: "22.05",
-        version: (22, 5, 8),
-        suite: "bookworm",
-        src_dir: "/usr/local/src/allot/slurm-wlm-22.05.8",
-        include_dir: "/usr/include",
-    },
-    Release {
-        name: "24.11",
-        version: (24, 11, 5),
-        suite: "trixie",
-        src_dir: "/usr/local/src/allot/slurm-24.11.5",
-        include_dir: "/usr/local/src/allot/libslurm-dev-24.11.5/usr/include",
-    },
-];
-const DEFAULT_RELEASE: &str = "22.05";
+/// The Slurm being built for: its version and where its headers are.
+struct Tree {
+    version: (u32, u32, u32),
+    src_dir: PathBuf,
+    /// The directory holding the tree's own `config.h` and generated
+    /// `slurm/slurm_version.h` (a configured tree), if any.
+    configured: Option<PathBuf>,
+    /// Installed public headers (`slurm/slurm.h`), if given.
+    include_dir: Option<PathBuf>,
+    /// How to fix a problem with this tree, for error messages.
+    fix: String,
+}
 
-impl Release {
+impl Tree {
     fn version_string(&self) -> String {
         let (a, b, c) = self.version;
         format!("{a}.{b:02}.{c}")
+    }
+    fn release(&self) -> String {
+        let (a, b, _) = self.version;
+        format!("{a}.{b:02}")
     }
     fn version_number(&self) -> u32 {
         let (a, b, c) = self.version;
         (a << 16) | (b << 8) | c
     }
-    fn fix(&self) -> String {
-        format!(
-            "install the build prerequisites with `sudo scripts/install-deps.sh --slurm {}` \
-             (from the repository root)",
-            self.name
-        )
+    /// The cfgs of every ABI step this tree is at or past.
+    fn abi_cfgs(&self) -> Vec<&'static str> {
+        let (a, b, _) = self.version;
+        ABI_STEPS.iter().filter(|s| (a, b) >= s.release).map(|s| s.cfg).collect()
     }
 }
 
@@ -92,57 +119,66 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=wrapper.h");
-    println!("cargo:rerun-if-env-changed=ALLOT_SLURM_RELEASE");
-    println!("cargo:rerun-if-env-changed=SLURM_SRC_DIR");
-    println!("cargo:rerun-if-env-changed=SLURM_INCLUDE_DIR");
-    let names: Vec<String> = RELEASES.iter().map(|r| format!("\"{}\"", r.name)).collect();
-    println!("cargo::rustc-check-cfg=cfg(slurm, values({}))", names.join(", "));
+    for var in ["ALLOT_SLURM_RELEASE", "SLURM_SRC_DIR", "SLURM_BUILD_DIR", "SLURM_INCLUDE_DIR", "ALLOT_SLURM_SRC_ROOT"] {
+        println!("cargo:rerun-if-env-changed={var}");
+    }
+    let known: Vec<&str> = ABI_STEPS.iter().map(|s| s.cfg).collect();
+    println!("cargo::rustc-check-cfg=cfg({})", known.join(", "));
 
-    let release = selected_release();
-    println!("cargo:rustc-cfg=slurm=\"{}\"", release.name);
-    // For the build scripts of dependents (`links = "slurm"`): DEP_SLURM_RELEASE.
-    println!("cargo:release={}", release.name);
+    let tree = locate_tree(&manifest_dir);
+    check_release_is_known(&tree);
+    let cfgs = tree.abi_cfgs();
+    for cfg in &cfgs {
+        println!("cargo:rustc-cfg={cfg}");
+    }
+    // For the build scripts of dependents (`links = "slurm"`): DEP_SLURM_*.
+    println!("cargo:abi_cfgs={}", cfgs.join(","));
+    println!("cargo:abi_known={}", known.join(","));
+    println!("cargo:version={}", tree.version_string());
 
-    let src_dir = env_path("SLURM_SRC_DIR", release.src_dir);
-    let include_dir = env_path("SLURM_INCLUDE_DIR", release.include_dir);
-    check_source_tree(release, &src_dir);
-    check_installed_headers(release, &include_dir);
-
-    // A private include directory that comes first on the include path:
-    // - config.h: the internal headers `#include "config.h"`; nothing in the
-    //   structs we bind depends on what ./configure would put there (checked
-    //   by the layout test against the reference sizes of a configured tree);
-    // - slurm -> $SLURM_INCLUDE_DIR/slurm: so <slurm/slurm.h> is the installed
-    //   libslurm-dev header, not the source tree's copy, and slurm_version.h
-    //   (absent from an unconfigured tree) is found.
+    // The include path, first match wins:
+    // - OUT_DIR/include: for an unconfigured tree, an empty config.h (the
+    //   internal headers `#include "config.h"`; nothing in the structs bound
+    //   depends on what ./configure would put there, checked by the layout
+    //   test against a configured tree's sizes) and `slurm` -> the installed
+    //   headers, so <slurm/slurm.h> is libslurm-dev's and slurm_version.h
+    //   (absent from an unconfigured tree) is found;
+    // - a configured tree's build directory: its own config.h (NDEBUG
+    //   included, unless built with --enable-developer) and slurm_version.h;
+    // - the source tree itself, for "src/..." (and the public headers of a
+    //   configured tree).
     let inc = out_dir.join("include");
     fs::create_dir_all(&inc).expect("create OUT_DIR/include");
-    fs::write(
-        inc.join("config.h"),
-        "/* empty: generated by slurm-sys/build.rs in place of ./configure's config.h */\n",
-    )
-    .expect("write config.h");
+    let _ = fs::remove_file(inc.join("config.h"));
     let link = inc.join("slurm");
     let _ = fs::remove_file(&link);
-    std::os::unix::fs::symlink(include_dir.join("slurm"), &link)
-        .expect("symlink OUT_DIR/include/slurm");
-    warn_if_public_headers_differ(&src_dir, &include_dir);
-
-    let include_args = [
-        format!("-I{}", inc.display()),
-        format!("-I{}", src_dir.display()),
-        // Debian builds Slurm with --disable-debug: xassert() compiles away
-        // and no struct carries debug-only members.
-        "-DNDEBUG".to_owned(),
-    ];
+    if let Some(include_dir) = &tree.include_dir {
+        std::os::unix::fs::symlink(include_dir.join("slurm"), &link).expect("symlink OUT_DIR/include/slurm");
+        warn_if_public_headers_differ(&tree.src_dir, include_dir);
+    }
+    if tree.configured.is_none() {
+        fs::write(inc.join("config.h"), "/* empty: generated by slurm-sys/build.rs in place of ./configure's config.h */\n")
+            .expect("write config.h");
+    }
+    let mut include_dirs = vec![inc.clone()];
+    include_dirs.extend(tree.configured.clone());
+    include_dirs.push(tree.src_dir.clone());
+    let mut include_args: Vec<String> = include_dirs.iter().map(|d| format!("-I{}", d.display())).collect();
+    if tree.configured.is_none() {
+        // Debian builds Slurm with --disable-debug, whose config.h defines
+        // NDEBUG: xassert() compiles away and no struct carries debug-only
+        // members. A configured tree's own config.h says it itself.
+        include_args.push("-DNDEBUG".to_owned());
+    }
 
     let started = std::time::Instant::now();
-    let (bindings, c_names) = generate_bindings(release, &wrapper, &include_args);
+    let (bindings, c_names) = generate_bindings(&tree, &wrapper, &include_args);
     fs::write(out_dir.join("bindings.rs"), &bindings).expect("write bindings.rs");
     // Visible with `cargo build -vv`; handy when tuning the allowlists.
     println!(
-        "slurm-sys: Slurm {}: bindings.rs {} bytes, generated in {:.2?}",
-        release.version_string(),
+        "slurm-sys: Slurm {} ({}): bindings.rs {} bytes, generated in {:.2?}",
+        tree.version_string(),
+        tree.src_dir.display(),
         bindings.len(),
         started.elapsed()
     );
@@ -151,31 +187,34 @@ fn main() {
         out_dir.join("version.rs"),
         format!(
             "/// `SLURM_VERSION_NUMBER` of the Slurm these bindings were generated from\n\
-             /// (checked at build time against the source tree and libslurm-dev). A plugin's\n\
-             /// `plugin_version` must equal it or slurmctld refuses the plugin.\n\
+             /// (its source tree's META and slurm_version.h). A plugin's `plugin_version`\n\
+             /// must equal it or slurmctld refuses the plugin.\n\
              pub const SLURM_VERSION_NUMBER: u32 = {:#08x};\n\
              /// The same version as text, as `slurmctld -V` prints it.\n\
              pub const SLURM_VERSION_STRING: &str = \"{}\";\n\
-             /// The release (`cfg(slurm = ...)`, `ALLOT_SLURM_RELEASE`).\n\
+             /// The release (major.minor).\n\
              pub const SLURM_RELEASE: &str = \"{}\";\n\
-             /// The Debian suite that ships this version.\n\
-             pub const DEBIAN_SUITE: &str = \"{}\";\n",
-            release.version_number(),
-            release.version_string(),
-            release.name,
-            release.suite,
+             /// The ABI steps this Slurm is at or past (`cfg(slurm_ge_...)`).\n\
+             pub const SLURM_ABI_CFGS: &[&str] = &{:?};\n\
+             /// The source tree the bindings were generated from.\n\
+             pub const SLURM_SOURCE_TREE: &str = {:?};\n\
+             /// Whether that tree was configured (its own config.h was used).\n\
+             pub const SLURM_TREE_CONFIGURED: bool = {};\n",
+            tree.version_number(),
+            tree.version_string(),
+            tree.release(),
+            cfgs,
+            tree.src_dir.display().to_string(),
+            tree.configured.is_some(),
         ),
     )
     .expect("write version.rs");
 
-    layout_probe(release, &bindings, &c_names, &wrapper, &inc, &src_dir, &out_dir);
+    layout_probe(&tree, &bindings, &c_names, &wrapper, &include_dirs, &out_dir);
 }
 
-fn env_path(var: &str, default: &str) -> PathBuf {
-    env::var_os(var)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(default))
+fn env_path(var: &str) -> Option<PathBuf> {
+    env::var_os(var).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 
 fn fail(msg: String) -> ! {
@@ -185,69 +224,98 @@ fn fail(msg: String) -> ! {
     std::process::exit(1);
 }
 
-/// `ALLOT_SLURM_RELEASE`, which must name a supported release.
-fn selected_release() -> &'static Release {
-    let asked = env::var("ALLOT_SLURM_RELEASE").ok().filter(|v| !v.trim().is_empty());
-    let asked = asked.as_deref().map(str::trim).unwrap_or(DEFAULT_RELEASE);
-    RELEASES.iter().find(|r| r.name == asked || r.version_string() == asked).unwrap_or_else(|| {
-        let known: Vec<String> = RELEASES.iter().map(|r| format!("{} ({}, Debian {})", r.name, r.version_string(), r.suite)).collect();
-        fail(format!("ALLOT_SLURM_RELEASE={asked} is not a Slurm release allot supports; supported: {}", known.join(", ")))
-    })
-}
-
-/// The source tree must exist and be exactly the release's version (its META file).
-fn check_source_tree(release: &Release, src_dir: &Path) {
-    let fix = release.fix();
-    let want = release.version_string();
+/// The tree to build for: `SLURM_SRC_DIR` (a site's own), or a release of
+/// the repository's test table (`ALLOT_SLURM_RELEASE`, scripts/release.sh).
+fn locate_tree(manifest_dir: &Path) -> Tree {
+    let site_fix = "point SLURM_SRC_DIR at the Slurm source tree your slurmctld was built from, configured as it was \
+                    (./configure with the same options; see the README's \"Build for your site\")";
+    let (src_dir, include_dir, fix) = match env_path("SLURM_SRC_DIR") {
+        Some(src) => (src, env_path("SLURM_INCLUDE_DIR"), site_fix.to_owned()),
+        None => {
+            let release = env::var("ALLOT_SLURM_RELEASE").ok().map(|v| v.trim().to_owned()).filter(|v| !v.is_empty());
+            // scripts/release.sh knows which release is the default.
+            let release = release.unwrap_or_else(|| "default".to_owned());
+            let script = manifest_dir.join("../scripts/release.sh");
+            if !script.is_file() {
+                fail(format!("SLURM_SRC_DIR is not set: {site_fix}."));
+            }
+            let field = |name: &str| -> String {
+                let out = Command::new("bash").arg(&script).args([&release, name]).output();
+                match out {
+                    Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+                    Ok(o) => fail(format!(
+                        "ALLOT_SLURM_RELEASE={release}: {}; to build for a Slurm of your own, {site_fix}.",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    )),
+                    Err(e) => fail(format!("running {}: {e}", script.display())),
+                }
+            };
+            let src = PathBuf::from(field("src"));
+            let include = env_path("SLURM_INCLUDE_DIR").or_else(|| Some(field("include")).filter(|s| !s.is_empty()).map(PathBuf::from));
+            let fix = format!("install it with `sudo scripts/install-deps.sh --slurm {release}` (from the repository root), or {site_fix}");
+            (src, include, fix)
+        }
+    };
     let header = src_dir.join("src/slurmctld/slurmctld.h");
     if !header.is_file() {
         fail(format!(
-            "the Slurm source tree is missing: {} does not exist.\n\
-             slurm-sys needs Slurm's internal headers (job_record_t lives in \
-             src/slurmctld/slurmctld.h). Set SLURM_SRC_DIR to an unpacked Slurm \
-             {want} source tree, or {fix}.",
+            "the Slurm source tree is missing: {} does not exist.\nslurm-sys needs Slurm's internal headers \
+             (job_record_t lives in src/slurmctld/slurmctld.h): {fix}.",
             header.display()
         ));
     }
+    let version = meta_version(&src_dir, &fix);
+    let build_dir = env_path("SLURM_BUILD_DIR").unwrap_or_else(|| src_dir.clone());
+    let configured = (build_dir.join("config.h").is_file() && build_dir.join("slurm/slurm_version.h").is_file()).then_some(build_dir.clone());
+    let tree = Tree { version, src_dir, configured, include_dir, fix };
+    if tree.configured.is_none() && tree.include_dir.is_none() {
+        fail(format!(
+            "{} is not a configured Slurm tree (no config.h and slurm/slurm_version.h in {}) and SLURM_INCLUDE_DIR is \
+             not set. Either run ./configure in it with the options your slurmctld was built with (set SLURM_BUILD_DIR \
+             if it ran elsewhere), or set SLURM_INCLUDE_DIR to the installed headers of Slurm {} (libslurm-dev, \
+             slurm-devel: the directory holding slurm/slurm.h).",
+            tree.src_dir.display(),
+            build_dir.display(),
+            tree.version_string()
+        ));
+    }
+    if let Some(dir) = &tree.configured {
+        check_version_header(&tree, &dir.join("slurm/slurm_version.h"));
+    }
+    if let Some(dir) = &tree.include_dir {
+        check_version_header(&tree, &dir.join("slurm/slurm_version.h"));
+        for h in ["slurm.h", "slurm_errno.h"] {
+            if !dir.join("slurm").join(h).is_file() {
+                fail(format!("{}/slurm/{h} is missing; {}", dir.display(), tree.fix));
+            }
+        }
+    }
+    tree
+}
+
+/// The tree's version, from its META file.
+fn meta_version(src_dir: &Path, fix: &str) -> (u32, u32, u32) {
     let meta_path = src_dir.join("META");
-    let meta = fs::read_to_string(&meta_path)
-        .unwrap_or_else(|e| fail(format!("cannot read {}: {e}; {fix}", meta_path.display())));
-    let field = |name: &str| -> Option<String> {
+    let meta = fs::read_to_string(&meta_path).unwrap_or_else(|e| fail(format!("cannot read {}: {e}; {fix}", meta_path.display())));
+    let field = |name: &str| -> Option<u32> {
         meta.lines().find_map(|line| {
             let mut words = line.split_whitespace();
-            (words.next() == Some(name)).then(|| words.next().unwrap_or("").to_owned())
+            (words.next() == Some(name)).then(|| words.next().and_then(|v| v.parse().ok())).flatten()
         })
     };
-    let num = |name: &str| field(name).and_then(|v| v.parse::<u32>().ok());
-    let found = (num("Major:"), num("Minor:"), num("Micro:"));
-    let (major, minor, micro) = release.version;
-    if found != (Some(major), Some(minor), Some(micro)) {
-        let found = match found {
-            (Some(a), Some(b), Some(c)) => format!("{a}.{b:02}.{c}"),
-            _ => field("Version:").unwrap_or_else(|| "unknown".into()),
-        };
-        fail(format!(
-            "the Slurm source tree {} is version {found} (META), but this build is for Slurm \
-             {want} (ALLOT_SLURM_RELEASE={}): struct layouts differ between Slurm releases. \
-             Point SLURM_SRC_DIR at a {want} tree, or {fix}.",
-            src_dir.display(),
-            release.name,
-        ));
+    match (field("Major:"), field("Minor:"), field("Micro:")) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => fail(format!("{} names no Major:, Minor: and Micro: version: is this a Slurm source tree? {fix}", meta_path.display())),
     }
 }
 
-/// The release's libslurm-dev headers must be there and say its version (slurm_version.h).
-fn check_installed_headers(release: &Release, include_dir: &Path) {
-    let fix = release.fix();
-    let want = release.version_string();
-    let want_number = release.version_number();
-    let version_h = include_dir.join("slurm/slurm_version.h");
-    let text = fs::read_to_string(&version_h).unwrap_or_else(|e| {
-        fail(format!(
-            "cannot read {} ({e}): the Slurm {want} headers (libslurm-dev) are not there. Set \
-             SLURM_INCLUDE_DIR to where slurm/slurm.h lives, or {fix}.",
-            version_h.display()
-        ))
+/// A slurm_version.h the build reads must be the tree's own version: a
+/// plugin built against another is refused by slurmctld, or misreads it.
+fn check_version_header(tree: &Tree, version_h: &Path) {
+    let want = tree.version_string();
+    let want_number = tree.version_number();
+    let text = fs::read_to_string(version_h).unwrap_or_else(|e| {
+        fail(format!("cannot read {} ({e}): the Slurm {want} headers are not there; {}.", version_h.display(), tree.fix))
     });
     let number = text.lines().find_map(|line| {
         let rest = line.trim().strip_prefix("#define")?.trim_start();
@@ -256,18 +324,37 @@ fn check_installed_headers(release: &Release, include_dir: &Path) {
     });
     if number != Some(want_number) {
         fail(format!(
-            "{} has SLURM_VERSION_NUMBER {}, but this build is for Slurm {want} \
-             ({want_number:#08x}) exactly; a plugin built against another version is refused by \
-             slurmctld. Install Debian {}'s libslurm-dev {want}, or {fix}.",
+            "{} has SLURM_VERSION_NUMBER {}, but the source tree {} is Slurm {want} ({want_number:#08x}, its META): \
+             the headers and the tree must be the same Slurm, micro version included. {}.",
             version_h.display(),
             number.map_or_else(|| "(none)".to_owned(), |n| format!("{n:#08x}")),
-            release.suite,
+            tree.src_dir.display(),
+            tree.fix
         ));
     }
-    for h in ["slurm.h", "slurm_errno.h"] {
-        if !include_dir.join("slurm").join(h).is_file() {
-            fail(format!("{}/slurm/{h} is missing; {fix}", include_dir.display()));
-        }
+}
+
+/// Refuses a Slurm whose plugin interfaces allot has not read.
+fn check_release_is_known(tree: &Tree) {
+    let (a, b, _) = tree.version;
+    let newest = ABI_STEPS.last().expect("at least one step").release;
+    let name = |(a, b): (u32, u32)| format!("{a}.{b:02}");
+    let span = format!("allot builds for Slurm {} and {} to {}", name(OLDEST), name(ABI_STEPS[0].release), name(newest));
+    if (a, b) < OLDEST || UNCHECKED_BELOW_FIRST_STEP.contains(&(a, b)) {
+        fail(format!(
+            "the Slurm tree {} is {}: {span} (any micro version). Its plugin interfaces were never checked against \
+             allot's, so no plugin is built that could misread a struct.",
+            tree.src_dir.display(),
+            tree.version_string()
+        ));
+    }
+    if (a, b) > newest {
+        fail(format!(
+            "the Slurm tree {} is {}, newer than any release whose plugin interfaces allot has read: {span}. A newer \
+             allot may support it; to add it yourself, see ABI_STEPS in slurm-sys/build.rs.",
+            tree.src_dir.display(),
+            tree.version_string()
+        ));
     }
 }
 
@@ -379,7 +466,7 @@ impl CNames {
     }
 }
 
-fn generate_bindings(release: &Release, wrapper: &Path, clang_args: &[String]) -> (String, HashMap<String, String>) {
+fn generate_bindings(tree: &Tree, wrapper: &Path, clang_args: &[String]) -> (String, HashMap<String, String>) {
     let c_names = CNames::default();
     let builder = bindgen::Builder::default()
         .header(wrapper.to_string_lossy())
@@ -420,7 +507,10 @@ fn generate_bindings(release: &Release, wrapper: &Path, clang_args: &[String]) -
         .allowlist_function("list_.*")
         .allowlist_function("slurm_xstrdup|slurm_xfree|slurm_xcalloc|xstrdup")
         .allowlist_function("log_var|error|slurm_info|slurm_verbose|get_log_level|fatal")
-        .allowlist_function("running_in_slurmctld")
+        // running_in_slurmctld() is a function before 25.05, then a macro
+        // over run_in_daemon(IS_SLURMCTLD).
+        .allowlist_function("running_in_slurmctld|run_in_daemon")
+        .allowlist_var("IS_SLURMCTLD")
         .allowlist_function("job_signal|job_requeue|queue_job_scheduler|find_job_record")
         .allowlist_function("slurm_strerror|slurm_bit_test|slurm_destroy_priority_factors_object|slurm_destroy_priority_factors")
         // --- variables and macros ------------------------------------------
@@ -447,7 +537,7 @@ fn generate_bindings(release: &Release, wrapper: &Path, clang_args: &[String]) -
     std::panic::set_hook(Box::new(|info| eprintln!("bindgen panicked: {info}")));
     let generated = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.generate()));
     std::panic::set_hook(default_hook);
-    let fix = release.fix();
+    let fix = &tree.fix;
     let bindings = match generated {
         Ok(Ok(b)) => b,
         Ok(Err(e)) => fail(format!(
@@ -526,7 +616,7 @@ fn probed_items(bindings: &str, c_names: &HashMap<String, String>) -> Vec<Probed
 /// with the same headers and defines, and write `layout_checks.rs`, which
 /// pairs each number with Rust's view of the same item. Generated from the
 /// bindings, so a field the plugins start to read is checked with no edit.
-fn layout_probe(release: &Release, bindings: &str, c_names: &HashMap<String, String>, wrapper: &Path, inc: &Path, src_dir: &Path, out_dir: &Path) {
+fn layout_probe(tree: &Tree, bindings: &str, c_names: &HashMap<String, String>, wrapper: &Path, include_dirs: &[PathBuf], out_dir: &Path) {
     let items = probed_items(bindings, c_names);
     let mut c = String::from(
         "/* generated by slurm-sys/build.rs */\n#include <stddef.h>\n#include <stdio.h>\n",
@@ -549,11 +639,13 @@ fn layout_probe(release: &Release, bindings: &str, c_names: &HashMap<String, Str
     let probe_exe = out_dir.join("layout_probe");
     fs::write(&probe_c, c).expect("write layout_probe.c");
 
-    let fix = release.fix();
-    let compiler = cc::Build::new()
-        .include(inc)
-        .include(src_dir)
-        .define("NDEBUG", None)
+    let fix = &tree.fix;
+    let mut build = cc::Build::new();
+    build.includes(include_dirs);
+    if tree.configured.is_none() {
+        build.define("NDEBUG", None); // as for bindgen (see main)
+    }
+    let compiler = build
         .cargo_metadata(false)
         .warnings(false)
         .try_get_compiler()

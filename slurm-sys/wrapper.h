@@ -1,14 +1,16 @@
 /*
  * slurm-sys/wrapper.h: everything allot's slurmctld plugins touch in Slurm,
- * for each supported release (22.05.8, 24.11.5). bindgen reads this file
+ * for every release it builds for (22.05, 24.11 to 26.05). bindgen reads this file
  * (build.rs), and so does the C layout probe that tests/layout.rs compares
  * the Rust bindings against.
  *
  * Public headers (<slurm/...>) resolve to that release's libslurm-dev
- * copies; the internal ones ("src/...") to its source tree (SLURM_SRC_DIR).
- * build.rs supplies the empty config.h they include: the structs used here
- * do not depend on anything ./configure decides, and Debian builds with
- * --disable-debug, hence -DNDEBUG (see build.rs).
+ * copies or the configured tree's; the internal ones ("src/...") to its
+ * source tree (SLURM_SRC_DIR).
+ * A configured tree brings its own config.h; for an unconfigured one,
+ * build.rs supplies an empty config.h: the structs used here do not depend
+ * on anything ./configure decides, and Debian builds with --disable-debug,
+ * hence -DNDEBUG (see build.rs).
  */
 #include <slurm/slurm_version.h>
 #include <slurm/slurm.h>

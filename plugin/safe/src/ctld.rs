@@ -21,7 +21,18 @@ use crate::job::{Job, JobMut};
 use crate::strings::borrowed_str;
 
 type LockFn = unsafe extern "C" fn(sys::slurmctld_lock_t);
+/// `job_requeue(uid, job_id, msg, preempt, flags)` before 25.11.
+#[cfg(not(slurm_ge_25_11))]
 type RequeueFn = unsafe extern "C" fn(libc::uid_t, u32, *mut sys::slurm_msg_t, bool, u32) -> c_int;
+/// `job_requeue_external(uid, step_id, preempt, flags)` from 25.11, which
+/// names jobs by `slurm_step_id_t` (job id and SLUID) and dropped `job_requeue`.
+#[cfg(slurm_ge_25_11)]
+type RequeueFn = unsafe extern "C" fn(libc::uid_t, *mut sys::slurm_step_id_t, bool, u32) -> c_int;
+/// The name slurmctld exports the requeue under.
+#[cfg(not(slurm_ge_25_11))]
+const REQUEUE_SYMBOL: &CStr = c"job_requeue";
+#[cfg(slurm_ge_25_11)]
+const REQUEUE_SYMBOL: &CStr = c"job_requeue_external";
 type VoidFn = unsafe extern "C" fn();
 type FindJobFn = unsafe extern "C" fn(u32) -> *mut sys::job_record_t;
 
@@ -53,8 +64,14 @@ fn symbol(name: &CStr) -> Option<*mut c_void> {
 
 /// Whether this process is slurmctld.
 pub fn in_slurmctld() -> bool {
+    #[cfg(not(slurm_ge_25_05))]
     // SAFETY: a plain query of libslurmfull's run-mode flags.
-    unsafe { sys::running_in_slurmctld() }
+    let in_ctld = unsafe { sys::running_in_slurmctld() };
+    // From 25.05 running_in_slurmctld() is a macro over this call.
+    #[cfg(slurm_ge_25_05)]
+    // SAFETY: as above.
+    let in_ctld = unsafe { sys::run_in_daemon(sys::IS_SLURMCTLD) };
+    in_ctld
 }
 
 impl Slurmctld {
@@ -77,7 +94,7 @@ impl Slurmctld {
                     // SAFETY: as above.
                     unlock: unsafe { std::mem::transmute::<*mut c_void, LockFn>(symbol(c"unlock_slurmctld")?) },
                     // SAFETY: as above.
-                    requeue: unsafe { std::mem::transmute::<*mut c_void, RequeueFn>(symbol(c"job_requeue")?) },
+                    requeue: unsafe { std::mem::transmute::<*mut c_void, RequeueFn>(symbol(REQUEUE_SYMBOL)?) },
                     // SAFETY: as above.
                     find_job: unsafe { std::mem::transmute::<*mut c_void, FindJobFn>(symbol(c"find_job_record")?) },
                     // SAFETY: as above.
@@ -117,8 +134,15 @@ impl Slurmctld {
             _ => return Ok(false),
         }
         let uid = crate::slurm_user_id();
+        #[cfg(not(slurm_ge_25_11))]
         // SAFETY: job_requeue expects the locks _slurm_rpc_requeue holds, which are held; a NULL message is what slurmctld's own internal callers pass.
         let rc = unsafe { (self.requeue)(uid, job_id, std::ptr::null_mut(), false, 0) };
+        // A SLUID of 0: find the job by its id (find_job in job_mgr.c), as `scontrol requeue ID` does.
+        #[cfg(slurm_ge_25_11)]
+        let mut step = sys::slurm_step_id_t { job_id, step_het_comp: sys::NO_VAL, step_id: sys::NO_VAL, ..Default::default() };
+        #[cfg(slurm_ge_25_11)]
+        // SAFETY: job_requeue_external expects the locks _slurm_rpc_requeue holds, which are held; the step id lives across the call.
+        let rc = unsafe { (self.requeue)(uid, &mut step, false, 0) };
         if rc == sys::SLURM_SUCCESS {
             Ok(true)
         } else {

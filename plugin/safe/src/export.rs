@@ -140,18 +140,18 @@ pub fn fini<P: Plugin>(instance: &Instance<P>) -> c_int {
     })
 }
 
-/// Body of a priority plugin's `init`: [`init`], then, on 22.05, whose
+/// Body of a priority plugin's `init`: [`init`], then, before 24.11, whose
 /// `init` runs once the tables are loaded, [`PriorityPlugin::thread_start`].
 pub fn priority_init<P: PriorityPlugin>(instance: &Instance<P>, plugin_type: &'static str) -> c_int {
     let rc = init(instance, plugin_type);
-    #[cfg(slurm = "22.05")]
+    #[cfg(not(slurm_ge_24_11))]
     if rc == sys::SLURM_SUCCESS {
         priority_thread_start(instance);
     }
     rc
 }
 
-/// Body of `priority_p_thread_start` (24.11; on 22.05, called by
+/// Body of `priority_p_thread_start` (24.11 and later; before, called by
 /// [`priority_init`]).
 pub fn priority_thread_start<P: PriorityPlugin>(instance: &Instance<P>) {
     guard("priority_p_thread_start", (), || {
@@ -199,14 +199,16 @@ pub unsafe fn priority_run_ended<P: PriorityPlugin>(instance: &Instance<P>, job:
     })
 }
 
-/// Body of `jobcomp_p_log_record`.
+/// Body of `jobcomp_p_log_record` (before 25.05) and
+/// `jobcomp_p_record_job_end` (25.05 and later): the same call, from
+/// job_completion_logger, at the end of every run.
 ///
 /// # Safety
 /// Only from the exported symbol: `job` is what job_completion_logger
 /// passes, with the job write lock held.
 pub unsafe fn jobcomp_log_record<P: JobCompPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t) -> c_int {
     // Never fail a job's completion over bookkeeping.
-    guard("jobcomp_p_log_record", sys::SLURM_SUCCESS, || {
+    guard("jobcomp_record_job_end", sys::SLURM_SUCCESS, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
         // SAFETY: as the caller guarantees.
         let Some(job) = (unsafe { Job::from_ptr(job) }) else { return sys::SLURM_SUCCESS };
@@ -219,7 +221,7 @@ pub unsafe fn jobcomp_log_record<P: JobCompPlugin>(instance: &Instance<P>, job: 
 ///
 /// # Safety
 /// `list` must be NULL or a valid Slurm list of pointers to `u32`.
-#[cfg(slurm = "22.05")]
+#[cfg(not(slurm_ge_24_11))]
 unsafe fn u32_list(list: sys::SlurmList) -> Option<Vec<u32>> {
     if list.is_null() {
         return None;
@@ -254,7 +256,7 @@ fn slurm_calloc<T>() -> *mut T {
     unsafe { sys::slurm_xcalloc(1, std::mem::size_of::<T>(), true, false, c"allot".as_ptr(), 0, c"calloc".as_ptr()) as *mut T }
 }
 
-/// Body of `priority_p_get_priority_factors_list` on 22.05: what sprio
+/// Body of `priority_p_get_priority_factors_list` before 24.11: what sprio
 /// shows. Each pending job gets its priority (PRIORITY) and its budget's
 /// fair-share factor in thousandths (FAIRSHARE: 1000 x 2^(-usage/share),
 /// Slurm's classic factor computed from allot's window). `allot why`
@@ -264,7 +266,7 @@ fn slurm_calloc<T>() -> *mut T {
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
-#[cfg(slurm = "22.05")]
+#[cfg(not(slurm_ge_24_11))]
 pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, req: *mut sys::priority_factors_request_msg_t) -> sys::SlurmList {
     guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
         // SAFETY: list_create makes a list slurmctld will pack and free with the destructor Slurm defines for these objects (it frees the object and its TRES arrays, none of which are set here).
@@ -299,9 +301,9 @@ pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, r
     })
 }
 
-/// Body of `priority_p_get_priority_factors_list` on 24.11: what sprio
-/// shows, as on 22.05 (PRIORITY, and FAIRSHARE in thousandths). 24.11
-/// calls it holding the job, node and partition read locks, and sprio
+/// Body of `priority_p_get_priority_factors_list` from 24.11 on: what sprio
+/// shows, as before (PRIORITY, and FAIRSHARE in thousandths). 24.11 and later
+/// call it holding the job, node and partition read locks, and sprio
 /// filters by job and user itself. Its sprio prints no factor of a job
 /// with a direct priority, so the priority is spelled as factors: the
 /// fair-share factor, and the rest of the priority as the association
@@ -309,7 +311,7 @@ pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>, r
 ///
 /// # Safety
 /// Only from the exported symbol, which slurmctld calls holding its job read lock.
-#[cfg(slurm = "24.11")]
+#[cfg(slurm_ge_24_11)]
 pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>) -> sys::SlurmList {
     guard("priority_p_get_priority_factors_list", std::ptr::null_mut(), || {
         // SAFETY: list_create makes a list slurmctld will pack and then free, after dropping its locks, with the destructor Slurm defines for these objects: it frees the object, its prio_factors and its strings (account, cluster_name, partition, qos), so every one set here is a copy from Slurm's allocator.
@@ -431,11 +433,12 @@ pub unsafe fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *
     })
 }
 
-/// Body of `preempt_p_get_data`.
+/// Body of `preempt_p_get_data` (before 25.05).
 ///
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
+#[cfg(not(slurm_ge_25_05))]
 pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t, kind: sys::slurm_preempt_data_type_t, data: *mut c_void) -> c_int {
     guard("preempt_p_get_data", sys::SLURM_ERROR, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_ERROR };
@@ -462,10 +465,40 @@ pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut s
     })
 }
 
+/// Body of `preempt_p_get_mode`, `preempt_p_get_prio` and
+/// `preempt_p_get_grace_time` (25.05 and later, which ask each question of
+/// `preempt_p_get_data` through a symbol of its own): the plugin's answer
+/// to `query`, or `fallback` if it panics or is not loaded. Preemption is on
+/// whenever slurm.conf's PreemptMode is not OFF (slurmctld no longer asks).
+///
+/// # Safety
+/// Only from the exported symbols: `job` is NULL or a record valid for the
+/// call (slurmctld holds its job lock).
+#[cfg(slurm_ge_25_05)]
+pub unsafe fn preempt_answer<P: PreemptPlugin, T: Copy>(
+    instance: &Instance<P>,
+    name: &'static str,
+    job: *mut sys::job_record_t,
+    fallback: T,
+    query: impl FnOnce(&mut T) -> PreemptQuery<'_>,
+) -> T {
+    guard(name, fallback, || {
+        let Some(p) = instance.load_full() else { return fallback };
+        // SAFETY: as the caller guarantees.
+        let job = unsafe { Job::from_ptr(job) };
+        let mut answer = fallback;
+        p.data(job, query(&mut answer));
+        answer
+    })
+}
+
 /// Emits every symbol of one plugin: `slurm_plugin!(kind, "type/name",
 /// "Human name", Type)` with kind `priority`, `job_submit`, `preempt` or
 /// `jobcomp`. The symbols whose C signature differs between Slurm releases
-/// come from [`__allot_release_symbols!`], defined once per release.
+/// come from [`__allot_release_symbols!`], whose parts are defined once per
+/// step of the plugin ABI (`cfg(slurm_ge_...)`, slurm-sys/build.rs): the
+/// cfgs are this crate's, so they are decided here, not in the plugin crates
+/// the macros expand into.
 #[macro_export]
 macro_rules! slurm_plugin {
     (@common $type:literal, $name:literal, $ty:ty, $init:path) => {
@@ -544,11 +577,6 @@ macro_rules! slurm_plugin {
     (jobcomp, $type:literal, $name:literal, $ty:ty) => {
         $crate::slurm_plugin!(@common $type, $name, $ty, $crate::export::init);
         $crate::__allot_release_symbols!(jobcomp);
-        #[no_mangle]
-        pub unsafe extern "C" fn jobcomp_p_log_record(job_ptr: *mut $crate::sys::job_record_t) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
-            unsafe { $crate::export::jobcomp_log_record(&INSTANCE, job_ptr) }
-        }
         /// `sacct` without slurmdbd asks the jobcomp plugin for jobs: allot
         /// keeps runs in its ledger (`allot why`), not in Slurm's job format.
         #[no_mangle]
@@ -576,64 +604,58 @@ macro_rules! slurm_plugin {
             // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
             unsafe { $crate::export::preemptable(&INSTANCE, preemptee, preemptor) }
         }
-        #[no_mangle]
-        pub unsafe extern "C" fn preempt_p_get_data(
-            job_ptr: *mut $crate::sys::job_record_t,
-            data_type: $crate::sys::slurm_preempt_data_type_t,
-            data: *mut ::std::os::raw::c_void,
-        ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
-            unsafe { $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data) }
-        }
+        $crate::__allot_release_symbols!(preempt);
     };
 }
 
-/// The symbols whose C signature is 22.05's own (used by [`slurm_plugin!`]).
-#[cfg(slurm = "22.05")]
+/// The symbols whose C signature differs between Slurm releases (used by
+/// [`slurm_plugin!`]): one macro per group of symbols that change together,
+/// each defined once per side of its ABI step.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __allot_release_symbols {
     (priority) => {
+        $crate::__allot_priority_symbols!();
+    };
+    (job_submit) => {
+        $crate::__allot_job_modify!();
+    };
+    (jobcomp) => {
+        $crate::__allot_jobcomp_set_location!();
+        $crate::__allot_jobcomp_record!();
+    };
+    (preempt) => {
+        $crate::__allot_preempt_data!();
+    };
+}
+
+/// Before 24.11: sprio's request arrives with the call, unlocked.
+#[cfg(not(slurm_ge_24_11))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_priority_symbols {
+    () => {
         #[no_mangle]
         pub unsafe extern "C" fn priority_p_get_priority_factors_list(
             req: *mut $crate::sys::priority_factors_request_msg_t,
             _uid: $crate::libc::uid_t,
         ) -> $crate::sys::SlurmList {
-            // SAFETY: slurmctld 22.05 calls this symbol with the request it decoded, holding no lock.
+            // SAFETY: slurmctld calls this symbol with the request it decoded, holding no lock.
             unsafe { $crate::export::priority_factors_list(&INSTANCE, req) }
-        }
-    };
-    (job_submit) => {
-        /// 22.05's job_modify has no message channel: the refusal's text goes to the log.
-        #[no_mangle]
-        pub unsafe extern "C" fn job_modify(
-            job_desc: *mut $crate::sys::job_desc_msg_t,
-            job_ptr: *mut $crate::sys::job_record_t,
-            submit_uid: u32,
-        ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld 22.05 calls this symbol with the update request and the job it applies to, holding the job write lock.
-            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid, ::std::ptr::null_mut()) }
-        }
-    };
-    (jobcomp) => {
-        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
-        #[no_mangle]
-        pub extern "C" fn jobcomp_p_set_location(_location: *mut ::std::os::raw::c_char) -> ::std::os::raw::c_int {
-            $crate::sys::SLURM_SUCCESS
         }
     };
 }
 
-/// The symbols whose C signature is 24.11's own, and 24.11's additions
-/// (used by [`slurm_plugin!`]).
-#[cfg(slurm = "24.11")]
+/// 24.11 and later: sprio's factors under slurmctld's locks, the recompute
+/// thread's own start, and the restart boost.
+#[cfg(slurm_ge_24_11)]
 #[doc(hidden)]
 #[macro_export]
-macro_rules! __allot_release_symbols {
-    (priority) => {
+macro_rules! __allot_priority_symbols {
+    () => {
         #[no_mangle]
         pub unsafe extern "C" fn priority_p_get_priority_factors_list(_uid: $crate::libc::uid_t) -> $crate::sys::SlurmList {
-            // SAFETY: slurmctld 24.11 calls this symbol holding its job, node and partition read locks.
+            // SAFETY: slurmctld calls this symbol holding its job, node and partition read locks.
             unsafe { $crate::export::priority_factors_list(&INSTANCE) }
         }
         /// Once slurmctld has loaded its tables (with its config write lock
@@ -650,7 +672,32 @@ macro_rules! __allot_release_symbols {
             0
         }
     };
-    (job_submit) => {
+}
+
+/// Before 24.11, job_modify has no message channel: the refusal's text goes to the log.
+#[cfg(not(slurm_ge_24_11))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_job_modify {
+    () => {
+        #[no_mangle]
+        pub unsafe extern "C" fn job_modify(
+            job_desc: *mut $crate::sys::job_desc_msg_t,
+            job_ptr: *mut $crate::sys::job_record_t,
+            submit_uid: u32,
+        ) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld calls this symbol with the update request and the job it applies to, holding the job write lock.
+            unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid, ::std::ptr::null_mut()) }
+        }
+    };
+}
+
+/// 24.11 and later: job_modify tells the user why, as job_submit does.
+#[cfg(slurm_ge_24_11)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_job_modify {
+    () => {
         #[no_mangle]
         pub unsafe extern "C" fn job_modify(
             job_desc: *mut $crate::sys::job_desc_msg_t,
@@ -658,15 +705,116 @@ macro_rules! __allot_release_symbols {
             submit_uid: u32,
             err_msg: *mut *mut ::std::os::raw::c_char,
         ) -> ::std::os::raw::c_int {
-            // SAFETY: slurmctld 24.11 calls this symbol with the update request, the job it applies to and the user's message slot, holding the job write lock.
+            // SAFETY: slurmctld calls this symbol with the update request, the job it applies to and the user's message slot, holding the job write lock.
             unsafe { $crate::export::job_modify(&INSTANCE, job_desc, job_ptr, submit_uid, err_msg) }
         }
     };
-    (jobcomp) => {
+}
+
+/// Before 24.11, JobCompLoc is passed in.
+#[cfg(not(slurm_ge_24_11))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_jobcomp_set_location {
+    () => {
+        /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_set_location(_location: *mut ::std::os::raw::c_char) -> ::std::os::raw::c_int {
+            $crate::sys::SLURM_SUCCESS
+        }
+    };
+}
+
+/// 24.11 and later read JobCompLoc from slurm_conf themselves.
+#[cfg(slurm_ge_24_11)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_jobcomp_set_location {
+    () => {
         /// JobCompLoc means nothing to allot (the ledger is in allot.conf).
         #[no_mangle]
         pub extern "C" fn jobcomp_p_set_location() -> ::std::os::raw::c_int {
             $crate::sys::SLURM_SUCCESS
+        }
+    };
+}
+
+/// Before 25.05: one call at the end of every run.
+#[cfg(not(slurm_ge_25_05))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_jobcomp_record {
+    () => {
+        #[no_mangle]
+        pub unsafe extern "C" fn jobcomp_p_log_record(job_ptr: *mut $crate::sys::job_record_t) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
+            unsafe { $crate::export::jobcomp_log_record(&INSTANCE, job_ptr) }
+        }
+    };
+}
+
+/// 25.05 and later: the end of a run (from the same job_completion_logger
+/// call site as before) and, new, its start.
+#[cfg(slurm_ge_25_05)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_jobcomp_record {
+    () => {
+        #[no_mangle]
+        pub unsafe extern "C" fn jobcomp_p_record_job_end(job_ptr: *mut $crate::sys::job_record_t, _event: u32) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
+            unsafe { $crate::export::jobcomp_log_record(&INSTANCE, job_ptr) }
+        }
+        /// A run's start: priority/allot sees every running job at its next
+        /// walk, and a run too short for that arrives whole at its end.
+        #[no_mangle]
+        pub extern "C" fn jobcomp_p_record_job_start(_job_ptr: *mut $crate::sys::job_record_t, _event: u32) -> ::std::os::raw::c_int {
+            $crate::sys::SLURM_SUCCESS
+        }
+    };
+}
+
+/// Before 25.05: every question through preempt_p_get_data.
+#[cfg(not(slurm_ge_25_05))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_preempt_data {
+    () => {
+        #[no_mangle]
+        pub unsafe extern "C" fn preempt_p_get_data(
+            job_ptr: *mut $crate::sys::job_record_t,
+            data_type: $crate::sys::slurm_preempt_data_type_t,
+            data: *mut ::std::os::raw::c_void,
+        ) -> ::std::os::raw::c_int {
+            // SAFETY: slurmctld calls this symbol with the arguments its plugin ABI defines.
+            unsafe { $crate::export::preempt_data(&INSTANCE, job_ptr, data_type, data) }
+        }
+    };
+}
+
+/// 25.05 and later: a symbol per question. On a panic: mode OFF (this job
+/// is not preempted), the lowest preemption priority, no grace.
+#[cfg(slurm_ge_25_05)]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __allot_preempt_data {
+    () => {
+        #[no_mangle]
+        pub unsafe extern "C" fn preempt_p_get_mode(job_ptr: *mut $crate::sys::job_record_t) -> u16 {
+            // SAFETY: slurmctld calls this symbol with a job record, holding its job lock.
+            unsafe {
+                $crate::export::preempt_answer(&INSTANCE, "preempt_p_get_mode", job_ptr, $crate::sys::PREEMPT_MODE_OFF as u16, |m| $crate::export::PreemptQuery::Mode(m))
+            }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn preempt_p_get_prio(job_ptr: *mut $crate::sys::job_record_t) -> u32 {
+            // SAFETY: slurmctld calls this symbol with a job record, holding its job lock.
+            unsafe { $crate::export::preempt_answer(&INSTANCE, "preempt_p_get_prio", job_ptr, 0u32, |p| $crate::export::PreemptQuery::Prio(p)) }
+        }
+        #[no_mangle]
+        pub unsafe extern "C" fn preempt_p_get_grace_time(job_ptr: *mut $crate::sys::job_record_t) -> u32 {
+            // SAFETY: slurmctld calls this symbol with a job record, holding its job lock.
+            unsafe { $crate::export::preempt_answer(&INSTANCE, "preempt_p_get_grace_time", job_ptr, 0u32, |g| $crate::export::PreemptQuery::GraceTime(g)) }
         }
     };
 }

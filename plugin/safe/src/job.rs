@@ -241,7 +241,7 @@ impl<'a> Job<'a> {
 
     /// The job's partition name as Slurm stores it (for reports handed back to
     /// Slurm, which borrow it as priority/multifactor does), or NULL.
-    #[cfg(slurm = "22.05")]
+    #[cfg(not(slurm_ge_24_11))]
     pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
         // SAFETY: part_ptr is NULL or the job's partition record, which lives at least as long as the job record.
         unsafe { self.raw.part_ptr.as_ref() }.map_or(std::ptr::null_mut(), |p| p.name)

@@ -41,6 +41,9 @@ pub struct Release {
     pub version: String,
     /// The root its Slurm is installed in (None: this host's own).
     pub root: Option<PathBuf>,
+    /// Its installation prefix on this host, for a site build
+    /// (scripts/build-slurm.sh: `/opt/slurm-25.11.7`); None: Debian's /usr.
+    pub prefix: Option<PathBuf>,
     /// Where that release's plugins were built (cargo's `release` directory).
     pub plugins: PathBuf,
 }
@@ -58,7 +61,8 @@ impl Release {
             };
             let root = Some(field("root")).filter(|r| !r.is_empty()).map(PathBuf::from);
             let plugins = std::env::var_os("ALLOT_PLUGINS_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join(field("target"))).join("release");
-            Release { version: field("version"), root, plugins, name }
+            let prefix = Some(field("prefix")).filter(|p| !p.is_empty()).map(PathBuf::from);
+            Release { version: field("version"), root, prefix, plugins, name }
         })
     }
 
@@ -82,6 +86,11 @@ impl Release {
             None => {
                 let mut c = Command::new(program);
                 c.current_dir(cwd);
+                if let Some(prefix) = &self.prefix {
+                    // A site build's commands come first (Command searches the PATH it is given).
+                    let path = std::env::var("PATH").unwrap_or_default();
+                    c.env("PATH", format!("{}/bin:{}/sbin:{path}", prefix.display(), prefix.display()));
+                }
                 c
             }
         }
