@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub mod associations;
 pub mod budget_cmd;
 pub mod cluster_report;
+pub mod doctor;
 pub mod history;
 pub mod identity;
 pub mod ledger_cmd;

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{associations, budget_cmd, cluster_report, history, identity, ledger_cmd, now, report, serve, sync, watch};
+use allot_cli::{associations, budget_cmd, cluster_report, doctor, history, identity, ledger_cmd, now, report, serve, sync, watch};
 use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
@@ -109,6 +109,16 @@ enum Command {
         #[arg(long)]
         apply: bool,
     },
+    /// Check that allot's plugins match the running slurmctld (its version,
+    /// every symbol its plugin loaders look up) and its configuration
+    /// (slurm.conf's lines, allot.conf's ledger, permissions, filesystem):
+    /// a verdict, and what to fix. Run it after each install, rebuild or
+    /// Slurm update.
+    Doctor {
+        /// slurm.conf (default: $SLURM_CONF, else /etc/slurm/slurm.conf).
+        #[arg(long, value_name = "PATH")]
+        slurm_conf: Option<PathBuf>,
+    },
     /// Replay a workload through the allot policy (and a baseline) and report.
     Simulate(simulate::SimulateArgs),
     /// Write allot's man pages or shell completions (for packaging).
@@ -151,6 +161,11 @@ fn main() -> ExitCode {
     let command = match cli.command {
         Command::Simulate(args) => return simulate::run_with_ledger(args, cli.ledger.as_deref()).unwrap_or_else(|e| fail(&e, None)),
         Command::Generate(what) => return generate(what).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None)),
+        // Reads no ledger of its own choosing: allot.conf's, as the plugins do.
+        Command::Doctor { slurm_conf } => {
+            let conf = slurm_conf.unwrap_or_else(identity::slurm_conf_path);
+            return doctor::run(&conf).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None));
+        }
         other => other,
     };
     let inv = match identity::Invocation::resolve(cli.ledger.as_deref()) {
@@ -180,7 +195,7 @@ fn main() -> ExitCode {
         Command::Why { job } => report::why(&ledger, job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),
-        Command::Simulate(_) | Command::Generate(_) => unreachable!("handled above"),
+        Command::Simulate(_) | Command::Generate(_) | Command::Doctor { .. } => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

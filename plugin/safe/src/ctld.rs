@@ -56,6 +56,16 @@ unsafe impl Send for Slurmctld {}
 // SAFETY: as above.
 unsafe impl Sync for Slurmctld {}
 
+/// slurmctld's locks by level: job, node, partition, federation (no config
+/// lock). From 26.05 the struct has a select-node lock too, which none of
+/// allot's critical sections takes (slurmctld's own requeue RPC does not).
+fn locks(job: sys::lock_level_t, node: sys::lock_level_t, part: sys::lock_level_t, fed: sys::lock_level_t) -> sys::slurmctld_lock_t {
+    // Default is all NO_LOCK (0), whatever fields this release has.
+    let mut l = sys::slurmctld_lock_t::default();
+    (l.conf, l.job, l.node, l.part, l.fed) = (sys::NO_LOCK, job, node, part, fed);
+    l
+}
+
 fn symbol(name: &CStr) -> Option<*mut c_void> {
     // SAFETY: dlsym with RTLD_DEFAULT searches the global scope; the name is a valid C string. A missing symbol gives NULL.
     let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
@@ -114,7 +124,7 @@ impl Slurmctld {
     /// priorities (priority/multifactor takes the same). Requeues need more
     /// (see [`Slurmctld::requeue`]).
     pub fn locked<R>(&self, f: impl FnOnce(&mut Locked<'_>) -> R) -> R {
-        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::READ_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
+        let _held = self.hold(locks(sys::WRITE_LOCK, sys::READ_LOCK, sys::READ_LOCK, sys::NO_LOCK));
         let mut locked = Locked { ctld: self };
         f(&mut locked)
     }
@@ -126,7 +136,7 @@ impl Slurmctld {
     /// since the caller decided, `still_due` re-checks the job under them;
     /// `Ok(false)` when it no longer is (or the job is gone).
     pub fn requeue(&self, job_id: u32, still_due: impl FnOnce(Job<'_>) -> bool) -> Result<bool, String> {
-        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::WRITE_LOCK, node: sys::WRITE_LOCK, part: sys::NO_LOCK, fed: sys::READ_LOCK });
+        let _held = self.hold(locks(sys::WRITE_LOCK, sys::WRITE_LOCK, sys::NO_LOCK, sys::READ_LOCK));
         // SAFETY: find_job_record reads the job hash table, which the job lock held protects; the record it returns stays valid while the lock is held.
         let job = unsafe { Job::from_ptr((self.find_job)(job_id)) };
         match job {
@@ -163,7 +173,7 @@ impl Slurmctld {
     /// Calls `f` on every job, holding slurmctld's job and partition read
     /// locks: for reports, which change nothing.
     pub fn for_each_job_read(&self, f: impl FnMut(Job<'_>)) {
-        let _held = self.hold(sys::slurmctld_lock_t { conf: sys::NO_LOCK, job: sys::READ_LOCK, node: sys::NO_LOCK, part: sys::READ_LOCK, fed: sys::NO_LOCK });
+        let _held = self.hold(locks(sys::READ_LOCK, sys::NO_LOCK, sys::READ_LOCK, sys::NO_LOCK));
         // SAFETY: the job read lock is held for the whole walk.
         unsafe { self.for_each_job_under_callers_lock(f) }
     }

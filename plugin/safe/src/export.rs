@@ -329,7 +329,15 @@ pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>) -
                 f.priority_site = sys::NICE_OFFSET;
                 f.nice = sys::NICE_OFFSET;
                 let o = &mut *obj;
-                o.job_id = job.id();
+                // 26.05 names the job by its step id (job id and SLUID).
+                #[cfg(not(slurm_ge_26_05))]
+                {
+                    o.job_id = job.id();
+                }
+                #[cfg(slurm_ge_26_05)]
+                {
+                    o.step_id = job.step_id();
+                }
                 o.user_id = job.user_id();
                 o.direct_prio = 0.0;
                 o.prio_factors = factors;

@@ -74,6 +74,11 @@ impl<'a> Job<'a> {
     pub fn id(&self) -> u32 {
         self.raw.job_id
     }
+    /// The job's id with its SLUID (25.11 and later name jobs by both).
+    #[cfg(slurm_ge_25_11)]
+    pub fn step_id(&self) -> sys::slurm_step_id_t {
+        self.raw.step_id
+    }
     /// The record's address, to hand to another plugin in the same call.
     pub(crate) fn as_ptr(&self) -> *const sys::job_record_t {
         self.raw

@@ -633,3 +633,64 @@ fn t14_the_plugins_share_slurmctlds_one_sqlite() {
         assert!(own.is_empty(), "{} has SQLite of its own: {own:?}", here.display());
     }
 }
+
+/// `allot doctor` on a real cluster of this release: ok as the cluster runs;
+/// then each thing an admin gets wrong at a Slurm update is named with its
+/// fix, and the command fails: a plugin built for another micro version, a
+/// plugin file of the wrong kind (missing the symbols this release's loader
+/// looks up), a plugin file others may write.
+#[test]
+fn t15_allot_doctor_passes_here_and_names_a_plugin_of_another_version() {
+    let c = TestCluster::start("doctor", BUDGET, Options::default());
+    let release = Release::current();
+    let conf = c.inner(&c.slurm_conf());
+    let doctor = || c.allot_in_release(&["doctor", "--slurm-conf", conf.to_str().unwrap()]);
+    let out = doctor();
+    let said = text(&out);
+    assert!(out.status.success(), "allot doctor fails on a working cluster:\n{said}");
+    assert!(said.contains(&format!("verdict: ok: allot's plugins match this slurmctld ({})", release.version)), "{said}");
+    assert_eq!(said.matches(&format!("built for Slurm {}, every symbol its loader needs", release.version)).len(), 4, "{said}");
+
+    let plugins = c.dir.join("plugins");
+    let replace = |name: &str, bytes: &[u8]| {
+        let tmp = plugins.join(format!("{name}.new"));
+        std::fs::write(&tmp, bytes).unwrap();
+        std::fs::rename(&tmp, plugins.join(name)).unwrap(); // as an admin installs: the running slurmctld keeps its mapping
+    };
+    // The same plugin, its plugin_version one micro release on (what an
+    // un-rebuilt plugin looks like after `dnf update slurm`, the other way round).
+    let original = std::fs::read(plugins.join("preempt_allot.so")).unwrap();
+    let mut patched = original.clone();
+    let (offset, version) = plugin_version_offset(&original);
+    patched[offset..offset + 4].copy_from_slice(&(version + 1).to_ne_bytes());
+    replace("preempt_allot.so", &patched);
+    let (a, b, m) = (version >> 16, (version >> 8) & 0xff, version & 0xff);
+    let out = doctor();
+    let said = text(&out);
+    assert!(!out.status.success(), "allot doctor passes a plugin of another version:\n{said}");
+    assert!(said.contains(&format!("preempt_allot.so: built for Slurm {a}.{b:02}.{} (plugin_version), but slurmctld is {}", m + 1, release.version)), "{said}");
+    assert!(said.contains(&format!("fix: rebuild allot against the source tree of Slurm {}", release.version)), "{said}");
+    assert!(said.contains("1 problem(s) found"), "{said}");
+
+    // A file of the wrong kind, writable by others.
+    replace("preempt_allot.so", &original);
+    replace("priority_allot.so", &std::fs::read(plugins.join("jobcomp_allot.so")).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(plugins.join("job_submit_allot.so"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let said = text(&doctor());
+    assert!(said.contains("priority_allot.so: its plugin_type is \"jobcomp/allot\", not priority/allot"), "{said}");
+    assert!(said.contains("lacks what Slurm") && said.contains("priority_p_set"), "{said}");
+    assert!(said.contains("job_submit_allot.so: the plugin file is writable by others (mode 666)"), "{said}");
+    assert!(said.contains("2 problem(s) found"), "{said}");
+}
+
+/// Where `plugin_version`'s value lies in a plugin file, and the value.
+fn plugin_version_offset(elf: &[u8]) -> (usize, u32) {
+    use object::{Object, ObjectSection, ObjectSymbol};
+    let file = object::File::parse(elf).unwrap();
+    let sym = file.dynamic_symbols().find(|s| s.name() == Ok("plugin_version")).expect("plugin_version is exported");
+    let section = file.section_by_index(sym.section_index().unwrap()).unwrap();
+    let (start, _) = section.file_range().expect("plugin_version lies in the file");
+    let offset = (start + sym.address() - section.address()) as usize;
+    (offset, u32::from_ne_bytes(elf[offset..offset + 4].try_into().unwrap()))
+}
