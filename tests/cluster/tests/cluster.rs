@@ -649,7 +649,7 @@ fn t15_allot_doctor_passes_here_and_names_a_plugin_of_another_version() {
     let said = text(&out);
     assert!(out.status.success(), "allot doctor fails on a working cluster:\n{said}");
     assert!(said.contains(&format!("verdict: ok: allot's plugins match this slurmctld ({})", release.version)), "{said}");
-    assert_eq!(said.matches(&format!("built for Slurm {}, every symbol its loader needs", release.version)).len(), 4, "{said}");
+    assert_eq!(said.matches(&format!("built for Slurm {}, every symbol its loader needs", release.version)).count(), 4, "{said}");
 
     let plugins = c.dir.join("plugins");
     let replace = |name: &str, bytes: &[u8]| {
