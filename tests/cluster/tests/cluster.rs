@@ -643,7 +643,7 @@ fn t14_the_plugins_share_slurmctlds_one_sqlite() {
 fn t15_allot_doctor_passes_here_and_names_a_plugin_of_another_version() {
     let c = TestCluster::start("doctor", BUDGET, Options::default());
     let release = Release::current();
-    let conf = c.inner(&c.slurm_conf());
+    let conf = c.slurm_conf(); // as the release's commands see it
     let doctor = || c.allot_in_release(&["doctor", "--slurm-conf", conf.to_str().unwrap()]);
     let out = doctor();
     let said = text(&out);
