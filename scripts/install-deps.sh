@@ -4,7 +4,9 @@
 # on Debian 12 (bookworm), as root.
 #
 # Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--browser] [--debugger]
-#   --slurm RELEASE  22.05 (the default), 24.11, or all; may be repeated.
+#   --slurm RELEASE  22.05 (the default), 24.11, or all (both); may be repeated.
+#                    25.05, 25.11, 26.05: only checks that scripts/build-slurm.sh
+#                      has built and installed that site build.
 #                    22.05: Debian 12's Slurm 22.05.8 daemons, clients and
 #                      headers on this host, and its source tree (apt-get source).
 #                    24.11: Debian 13's Slurm 24.11.5: the upstream source tree
@@ -67,7 +69,7 @@ done
 [[ ${#releases[@]} -gt 0 ]] || releases=("$ALLOT_DEFAULT_RELEASE")
 asked=()
 for r in "${releases[@]}"; do
-    if [[ $r == all ]]; then asked+=("${ALLOT_RELEASES[@]}"); else release_check "$r"; asked+=("$r"); fi
+    if [[ $r == all ]]; then asked+=("${ALLOT_CI_RELEASES[@]}"); else release_check "$r"; asked+=("$r"); fi
 done
 # Each once, in the table's order.
 want=()
@@ -463,6 +465,19 @@ umount_root() {
 
 has_release 22.05 && install_22_05
 has_release 24.11 && install_24_11
+
+# --- 3b. site builds (25.05, 25.11, 26.05): SchedMD's source, built by hand ----
+# No registry here serves SchedMD's trees, so nothing is fetched: the build
+# must be there already (scripts/build-slurm.sh SOURCE).
+for r in "${ALLOT_SITE_RELEASES[@]}"; do
+    has_release "$r" || continue
+    prefix=$(release_field "$r" prefix) src=$(release_field "$r" src) version=$(release_field "$r" version)
+    if [[ -x $prefix/sbin/slurmctld && -f $src/config.h ]]; then
+        step "slurm $r: $("$prefix/sbin/slurmctld" -V) in $prefix, configured tree $src"
+    else
+        die "Slurm $version is a site build that no package registry here serves: get SchedMD's slurm-$version.tar.bz2 (or \`git archive slurm-${version//./-}-1\` of SchedMD's repository) and run \`sudo scripts/build-slurm.sh SOURCE\` (it installs into $prefix and keeps the configured tree in $src)"
+    fi
+done
 
 # --- 4. packaging tools -----------------------------------------------------------
 if ((packaging)); then
