@@ -139,7 +139,7 @@ pub fn read_slurm_conf(path: &Path) -> anyhow::Result<SlurmConfig> {
 
 /// `25.11.7` -> (25, 11, 7).
 fn parse_version(v: &str) -> Option<(u32, u32, u32)> {
-    let mut it = v.trim().split(|c: char| c == '.' || c == '-').map(|p| p.parse::<u32>().ok());
+    let mut it = v.trim().split(['.', '-']).map(|p| p.parse::<u32>().ok());
     Some((it.next()??, it.next()??, it.next()??))
 }
 
@@ -352,6 +352,8 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
         }
     }
     if let Ok(fs) = nix::sys::statfs::statfs(dir) {
+        // __fsword_t is i64 on x86_64 Linux, narrower on some other targets.
+        #[allow(clippy::unnecessary_cast)]
         let magic = fs.filesystem_type().0 as i64;
         if let Some((_, name)) = NETWORK_FILESYSTEMS.iter().find(|(m, _)| *m == magic) {
             f.push(problem(
