@@ -119,6 +119,8 @@ fn main() {
 
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-changed=wrapper.h");
+    // The test table that names the default trees (see locate_tree).
+    println!("cargo:rerun-if-changed=../scripts/release.sh");
     for var in ["ALLOT_SLURM_RELEASE", "SLURM_SRC_DIR", "SLURM_BUILD_DIR", "SLURM_INCLUDE_DIR", "ALLOT_SLURM_SRC_ROOT"] {
         println!("cargo:rerun-if-env-changed={var}");
     }

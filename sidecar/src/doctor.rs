@@ -292,9 +292,16 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
 /// A file slurmctld loads or trusts must not be writable by anyone but root.
 fn file_permissions(path: &Path, what: &str) -> Option<Finding> {
     let meta = std::fs::metadata(path).ok()?;
-    (meta.mode() & 0o002 != 0 || meta.uid() != 0 && meta.mode() & 0o020 != 0).then(|| {
+    // Its owner, or a group other than root's, could write it too.
+    let writable_by_others = meta.uid() != 0 || meta.mode() & 0o002 != 0 || (meta.mode() & 0o020 != 0 && meta.gid() != 0);
+    writable_by_others.then(|| {
         problem(
-            format!("{}: the {what} file is writable by others (mode {:o}): anyone who can write it runs code inside slurmctld", path.display(), meta.mode() & 0o7777),
+            format!(
+                "{}: the {what} file is writable by others (mode {:o}, owner uid {}): anyone who can write it runs code inside slurmctld",
+                path.display(),
+                meta.mode() & 0o7777,
+                meta.uid()
+            ),
             format!("chown root: {} && chmod 0644 {}", path.display(), path.display()),
         )
     })

@@ -680,7 +680,7 @@ fn t15_allot_doctor_passes_here_and_names_a_plugin_of_another_version() {
     let said = text(&doctor());
     assert!(said.contains("priority_allot.so: its plugin_type is \"jobcomp/allot\", not priority/allot"), "{said}");
     assert!(said.contains("lacks what Slurm") && said.contains("priority_p_set"), "{said}");
-    assert!(said.contains("job_submit_allot.so: the plugin file is writable by others (mode 666)"), "{said}");
+    assert!(said.contains("job_submit_allot.so: the plugin file is writable by others (mode 666, owner uid 0)"), "{said}");
     assert!(said.contains("2 problem(s) found"), "{said}");
 }
 
