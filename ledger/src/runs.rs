@@ -171,12 +171,17 @@ impl Ledger {
                 }
             }
             {
+                // A job's submit time is its first submission: Slurm moves a
+                // requeued job's to the requeue, and a restarted slurmctld
+                // records every contract again. (A job id that ended and is
+                // used again is another job: its own submit time.)
                 let mut contract = tx.prepare_cached(
                     "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
                      ON CONFLICT(job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
                          min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
-                         submit_time = excluded.submit_time, comment = excluded.comment, gpus = excluded.gpus",
+                         submit_time = CASE WHEN contracts.end_time IS NULL THEN MIN(contracts.submit_time, excluded.submit_time) ELSE excluded.submit_time END,
+                         comment = excluded.comment, gpus = excluded.gpus",
                 )?;
                 for c in &period.contracts {
                     contract.execute(params![c.job_id, c.user, c.account, c.leaf, c.min_runtime, c.priority, c.resumable, c.submit_time, c.comment, c.gpus])?;
@@ -446,5 +451,32 @@ mod tests {
         l.record_period(&Period { contracts: vec![c.clone()], ..Default::default() }).unwrap();
         assert_eq!(l.contracts_submitted(0, 2000).unwrap(), vec![(c, Some(1700))]);
         assert!(l.contracts_submitted(1001, 2000).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_requeued_job_keeps_its_first_submit_time_and_a_reused_id_gets_its_own() {
+        let mut l = Ledger::in_memory().unwrap();
+        let c = |submit_time| ContractRow {
+            job_id: 9,
+            user: "u".into(),
+            account: Some("a".into()),
+            leaf: Some("a".into()),
+            min_runtime: 60,
+            priority: "normal".into(),
+            resumable: true,
+            submit_time,
+            comment: "min_runtime=1m".into(),
+            gpus: Some(1),
+        };
+        let submit = |l: &Ledger| l.contracts_submitted(0, 10_000).unwrap()[0].0.submit_time;
+        l.record_period(&Period { contracts: vec![c(1000)], ..Default::default() }).unwrap();
+        // Preempted and requeued: Slurm says it was submitted at 1400 (and a
+        // restarted slurmctld records it again).
+        l.record_period(&Period { contracts: vec![c(1400)], ..Default::default() }).unwrap();
+        assert_eq!(submit(&l), 1000);
+        // It ends; later a new job gets the same id.
+        l.record_period(&Period { job_ends: vec![JobEnd { job_id: 9, at: 2000 }], ..Default::default() }).unwrap();
+        l.record_period(&Period { contracts: vec![c(5000)], ..Default::default() }).unwrap();
+        assert_eq!(submit(&l), 5000);
     }
 }

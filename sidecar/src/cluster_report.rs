@@ -250,7 +250,10 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         let wait = match first_start.get(&c.job_id) {
             Some(&s) => {
                 started += 1;
-                s - c.submit_time
+                // From the first submission: Slurm moves a requeued job's
+                // submit time to the requeue, and a ledger written before
+                // the contracts kept the earliest may hold that later one.
+                s - c.submit_time.min(s)
             }
             None if end_time.is_some() => {
                 left += 1;
@@ -761,11 +764,17 @@ pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()>
     let since = parse_since(since)?;
     let l = Ledger::open_read_only(ledger)?;
     let (report, timelines) = compute_with_timelines(&l, since, now)?;
-    if let Some(path) = json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+    match json {
+        // `--json -`: the JSON on standard output, instead of the text (so a
+        // user under sudo writes it with the shell's, i.e. their own, rights).
+        Some(path) if path == Path::new("-") => println!("{}", serde_json::to_string_pretty(&report)?),
+        Some(path) => {
+            let text = serde_json::to_string_pretty(&report)?;
+            std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
+            print!("{}", render(&report));
+        }
+        None => print!("{}", render(&report)),
     }
-    print!("{}", render(&report));
     if let (Some(dir), Some(font)) = (plots, font) {
         let path = draw_shares(dir, &font, &report, &timelines, under)?;
         println!("picture: {}", path.display());

@@ -153,6 +153,25 @@ fn same_path(a: &Path, b: &Path) -> bool {
     }
 }
 
+/// Under sudo, refuses a user who is not an admin any file or directory
+/// named on the command line (`named`: "--json /etc/x", ...): allot runs as
+/// root, and would read or write it with root's rights.
+pub fn may_name_files_under_sudo(named: &[String]) -> anyhow::Result<()> {
+    if named.is_empty() || !under_sudo() {
+        return Ok(());
+    }
+    let (configured, _) = configured_ledger()?;
+    let actor = Actor::resolve(sudo_user()?.as_ref(), &configured)?;
+    if actor.is_admin {
+        return Ok(());
+    }
+    bail!(
+        "{} may not name files under sudo ({}): allot runs as root there and would read or write them with root's rights; run it without sudo, or print instead (`allot report --json -` prints the JSON, for you to redirect), or ask an admin",
+        actor.name,
+        named.join(", ")
+    )
+}
+
 /// Who runs this command and on which ledger.
 #[derive(Debug, Clone)]
 pub struct Invocation {

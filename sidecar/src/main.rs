@@ -62,7 +62,8 @@ enum Command {
         /// The span, ending now (default 30d).
         #[arg(long, value_name = "DURATION")]
         since: Option<String>,
-        /// Also write the report as JSON into FILE.
+        /// Also write the report as JSON into FILE (`-`: print the JSON
+        /// instead of the text).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
         /// Draw the pictures into DIR (shares.png: each budget's GPUs held
@@ -155,9 +156,46 @@ fn generate(what: Generate) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The file and directory arguments given on the command line (every
+/// `PathBuf` argument of the subcommand invoked, whatever its name), but
+/// `--ledger` and the budget file (`FILE`, `--file`), which have rules of
+/// their own ([`identity::Invocation::may_choose`]).
+fn named_files(cmd: &clap::Command, matches: &clap::ArgMatches) -> Vec<String> {
+    let mut named = Vec::new();
+    for arg in cmd.get_arguments() {
+        let id = arg.get_id().as_str();
+        if matches!(id, "ledger" | "file") || arg.get_value_parser().type_id() != std::any::TypeId::of::<PathBuf>() {
+            continue;
+        }
+        if matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
+            let flag = arg.get_long().map_or_else(|| arg.get_value_names().and_then(|v| v.first()).map_or(id.to_uppercase(), |v| v.to_string()), |l| format!("--{l}"));
+            // `-`: standard input or output, which the user's shell opened.
+            for value in matches.get_raw(id).into_iter().flatten().filter(|v| *v != "-") {
+                named.push(format!("{flag} {}", Path::new(value).display()));
+            }
+        }
+    }
+    if let Some((name, sub)) = matches.subcommand() {
+        if let Some(sub_cmd) = cmd.find_subcommand(name) {
+            named.extend(named_files(sub_cmd, sub));
+        }
+    }
+    named
+}
+
 fn main() -> ExitCode {
     restore_default_sigpipe();
-    let cli = Cli::parse();
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // Under sudo allot runs as root: a file it reads or writes for a user
+    // who is not an admin would be read or written with root's rights.
+    if identity::under_sudo() {
+        let named = named_files(&Cli::command(), &matches);
+        if let Err(e) = identity::may_name_files_under_sudo(&named) {
+            return fail(&e, None);
+        }
+    }
     let command = match cli.command {
         Command::Simulate(args) => return simulate::run_with_ledger(args, cli.ledger.as_deref()).unwrap_or_else(|e| fail(&e, None)),
         Command::Generate(what) => return generate(what).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None)),

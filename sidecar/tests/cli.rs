@@ -285,6 +285,53 @@ fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
     }
 }
 
+/// Under sudo allot runs as root, so a user who is not an admin names no file
+/// or directory it would write or read with root's rights: every such
+/// option is refused before anything is written, and `--json -` prints
+/// instead (the user's shell writes it, with the user's rights).
+#[test]
+fn under_sudo_a_user_names_no_file_that_root_would_write_or_read() {
+    if !namespaces_work() {
+        eprintln!("SKIPPED: acting for another user (sudo) needs root and a private mount namespace (unshare)");
+        return;
+    }
+    let s = Scratch::new();
+    // (A GPU count, so that `allot report` has figures before any plugin ran.)
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap().replacen("[cluster]", "[cluster]\ngpus = 32", 1));
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let out = s.dir.path().join("written-as-root");
+    let at = |name: &str| out.join(name).display().to_string();
+    let (json, plots, man, completions, csv, toml) = (at("report.json"), at("plots"), at("man"), at("completions"), at("w.csv"), at("b.toml"));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["report", "--json", &json], "--json"),
+        (vec!["report", "--plots", &plots], "--plots"),
+        (vec!["report", "--plots", &plots, "--font", "/etc/shadow"], "--font /etc/shadow"),
+        (vec!["serve", "--font", "/etc/shadow"], "--font /etc/shadow"),
+        (vec!["doctor", "--slurm-conf", "/etc/shadow"], "--slurm-conf /etc/shadow"),
+        (vec!["generate", "man", &man], "DIR"),
+        (vec!["generate", "completions", &completions], "DIR"),
+        (vec!["simulate", "generate", "debug", "--out", &csv, "--budgets-out", &toml], "--out"),
+        (vec!["simulate", "/etc/shadow", "--cluster", "2x8"], "/etc/shadow"),
+        (vec!["simulate", &csv, "--cluster", "2x8", "--json", &json], "--json"),
+    ];
+    for (args, named) in cases {
+        let o = sudo_configured(&s, "alice", &args);
+        let said = text(&o);
+        assert!(!o.status.success(), "{args:?} was accepted: {said}");
+        assert!(said.contains("alice may not name files under sudo (") && said.contains(named), "{args:?}: wanted a refusal naming {named}, got\n{said}");
+        assert!(!out.exists(), "{args:?} wrote {} as root", out.display());
+    }
+    // `--json -` names no file: the JSON comes on standard output.
+    let o = sudo_configured(&s, "alice", &["report", "--json", "-"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&o)));
+    assert!(report.is_object(), "{report}");
+    // An admin (root, acting for nobody) may name files, as without sudo.
+    std::fs::create_dir(&out).unwrap();
+    let o = s.run(&["report", "--json", &json]);
+    assert!(o.status.success() && out.join("report.json").exists(), "{}", text(&o));
+}
+
 /// Under sudo, the owner of the configured ledger is an admin; a sudo user's
 /// ownership of some other file makes nobody an admin.
 #[test]

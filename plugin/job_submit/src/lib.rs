@@ -21,9 +21,11 @@
 //! - `job_modify` re-checks the same on `scontrol update`, and refuses to
 //!   change the contract or the budget of a job that has started.
 //!
-//! If no budget could ever be read from the ledger, jobs are accepted
-//! unchanged (and that is logged): allot must not stop a cluster from
-//! scheduling.
+//! If no budget could be read from the ledger since slurmctld started, the
+//! checks use the last good copy in `StateSaveLocation`; with no copy either,
+//! every submission (and every update of a comment or an account) is
+//! refused, saying why and what the admin runs: a job is never accepted
+//! unchecked, as it would run uncharged or on a budget its user is not in.
 
 use allot::budget::{BudgetTree, LeafRefusal};
 use allot::contract::{parse_comment, Contract, ContractError, ContractRules};
@@ -65,7 +67,7 @@ impl Plugin for JobSubmitAllot {
     fn init() -> Result<Self, String> {
         let conf = allot_slurm::load_allot_conf()?;
         let follower = if allot_slurm::ctld::in_slurmctld() {
-            Some(FollowerThread::start("allot-submit", &conf.ledger_path, FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+            Some(FollowerThread::start("allot-submit", &conf.ledger_path, allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
         } else {
             None
         };
@@ -114,14 +116,24 @@ fn small_partition_refusal(message: String) -> Refusal {
 }
 
 impl JobSubmitAllot {
-    /// The budget snapshot, or `None` when no budget was ever read (then
-    /// jobs pass unchecked, logged: allot must not stop a cluster).
-    fn snapshot(&self) -> Option<Arc<PolicySnapshot>> {
-        let loaded = self.follower.as_ref().and_then(|f| f.load().clone());
-        if loaded.is_none() {
-            log::warn!("no budget has been read from {}: accepting the job unchecked", self.conf.ledger_path.display());
+    /// The budget snapshot, or a refusal when no budget can be read from the
+    /// ledger or the last good copy (a job is never accepted unchecked).
+    fn snapshot(&self) -> Result<Arc<PolicySnapshot>, Refusal> {
+        if let Some(s) = self.follower.as_ref().and_then(|f| f.load().clone()) {
+            return Ok(s);
         }
-        loaded
+        let copy = allot_slurm::last_good_path().map_or_else(|| "StateSaveLocation is not set".to_owned(), |p| p.display().to_string());
+        log::error!(
+            "refusing a submission: no budget can be read from the ledger {} and there is no usable last good copy ({copy}); run `allot doctor`",
+            self.conf.ledger_path.display()
+        );
+        Err(Refusal {
+            code: sys::ESLURM_INVALID_ACCOUNT as i32,
+            message: format!(
+                "allot: jobs cannot be checked against the budget right now (slurmctld can read no budget from its ledger {}), so none is accepted; please tell your cluster's admins, who can run `allot doctor` and `allot sync BUDGET.toml`",
+                self.conf.ledger_path.display()
+            ),
+        })
     }
 
     /// Maps `account` (None or blank: the user's default) to the leaf
@@ -153,7 +165,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
     fn submit(&self, desc: &mut JobDesc<'_>, _submit_uid: u32) -> Result<(), Refusal> {
         let comment = desc.comment().map_err(utf8_refusal)?.unwrap_or("").to_owned();
         let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
-        let Some(s) = self.snapshot() else { return Ok(()) };
+        let s = self.snapshot()?;
         // A missing comment is the empty contract: the default minimum
         // runtime, written out so that everyone sees it.
         let (canonical, contract) = canonical_comment(&comment, s.rules)?;
@@ -185,7 +197,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         if comment.is_none() && account.is_none() && !moves_small {
             return Ok(());
         }
-        let Some(s) = self.snapshot() else { return Ok(()) };
+        let s = self.snapshot()?;
         // What the update asks for, each checked once: (canonical comment, contract), and the leaf and account it would charge.
         let asked_contract = comment.as_deref().map(|c| canonical_comment(c, s.rules)).transpose()?;
         let asked_charged = account.as_deref().map(|a| self.charged(&s.tree, job.user_id(), Some(a))).transpose()?;

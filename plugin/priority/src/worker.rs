@@ -32,6 +32,7 @@ use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, 
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
 use allot_slurm::policy::{contract_of, contract_of_comment, leaf_of, pending_job, running_job};
+use allot_slurm::last_good::LastGood;
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
 use crate::runs::{Ended, Ending, Observed, RunBook};
@@ -109,11 +110,16 @@ pub struct OrderState {
     pub rules: Option<ContractRules>,
     pub ranking: Option<Ranking>,
     pub map: Option<PriorityMap>,
+    /// Each job's submit time as `priority_p_set` first saw it: Slurm moves
+    /// a requeued job's submit time to the requeue, and waits count from
+    /// the first submission.
+    pub first_submit: HashMap<u32, i64>,
 }
 
 impl OrderState {
     /// The priority of one job, placed after its group's current jobs.
     pub fn assign(&mut self, job: &Job<'_>) -> (u32, bool) {
+        self.first_submit.entry(job.id()).or_insert_with(|| job.submit_time());
         let (Some(tree), Some(rules), Some(ranking), Some(map)) = (&self.tree, self.rules, &self.ranking, &mut self.map) else {
             return (PRIORITY_BOTTOM, false);
         };
@@ -201,8 +207,11 @@ pub struct Worker {
     pub signal: Arc<Signal>,
     run_ends: Arc<RunEnds>,
     follower: Follower,
+    /// Where the last good copy is written after each recorded recompute.
+    last_good: Option<PathBuf>,
     writer: LedgerFile,
     writer_problems: ProblemLog,
+    copy_problems: ProblemLog,
     book: Option<RunBook>,
     /// The identity of the ledger file the book's runs were last all written
     /// to (or read from): another file gets the whole window again.
@@ -258,8 +267,10 @@ impl UserNames {
 
 impl Worker {
     pub fn new(ledger_path: PathBuf, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>, run_ends: Arc<RunEnds>) -> Worker {
-        let follower = Follower::new(&ledger_path);
+        let last_good = allot_slurm::last_good_path();
+        let follower = Follower::new(&ledger_path, last_good.clone());
         Worker {
+            last_good,
             period,
             order,
             signal,
@@ -267,6 +278,7 @@ impl Worker {
             follower,
             writer: LedgerFile::writable(&ledger_path),
             writer_problems: ProblemLog::default(),
+            copy_problems: ProblemLog::default(),
             book: None,
             book_ledger: None,
             book_loaded: false,
@@ -385,7 +397,8 @@ impl Worker {
             // Swap in the new order while still holding slurmctld's job lock,
             // so priority_p_set never mixes two recomputes.
             let mut o = order.lock().unwrap_or_else(|p| p.into_inner());
-            *o = OrderState { tree: Some(tree.clone()), rules: Some(rules), ranking: Some(ranking), map: Some(map) };
+            let first_submit = std::mem::take(&mut o.first_submit);
+            *o = OrderState { tree: Some(tree.clone()), rules: Some(rules), ranking: Some(ranking), map: Some(map), first_submit };
         });
         // 3. Requeues, each in its own critical section (not while slurmctld
         // shuts down: the next one finds them due again).
@@ -430,6 +443,9 @@ impl Worker {
         // Per leaf: GPUs pending allocated, pending unallocated, running allocated, running unallocated.
         let mut demand = vec![[0u32; 4]; tree.leaves.len()];
 
+        // (Taken, and put back pruned after the walk: priority_p_set adds
+        // to it under the job lock this walk holds, so nothing is missed.)
+        let first_submit = std::mem::take(&mut self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit);
         locked.for_each_job(|job| {
             let j = job.view();
             let id = j.id();
@@ -450,7 +466,7 @@ impl Worker {
                         min_runtime: contract.min_runtime,
                         priority: contract.priority.to_string(),
                         resumable: j.requeue_allowed(),
-                        submit_time: j.submit_time(),
+                        submit_time: first_submit.get(&id).copied().unwrap_or_else(|| j.submit_time()).min(j.submit_time()),
                         comment: j.comment().unwrap_or("").to_owned(),
                         gpus: Some(j.gpus_requested()),
                     });
@@ -563,7 +579,21 @@ impl Worker {
         book.observe(now, &observed, tree, |id| endings.get(&id).copied().unwrap_or(Ending::Unknown));
         book.prune(now - tree.settings.lookback);
         let intervals: Vec<_> = book.intervals().collect();
-        let usage = usage_in_window(intervals.iter(), tree.leaves.len(), now, tree.settings.lookback);
+        let usage = match self.follower.copy_usage() {
+            // The budget comes from the last good copy (no budget in the
+            // ledger since slurmctld started): the usage it holds, plus what
+            // ran after it was computed. (It does not slide out of the
+            // window: a stand-in until an admin repairs the ledger.)
+            Some(carried) if carried.computed_at < now => {
+                let since = (now - carried.computed_at).min(tree.settings.lookback);
+                let mut usage = usage_in_window(intervals.iter(), tree.leaves.len(), now, since);
+                for (slot, c) in usage.charged.iter_mut().zip(carried.charged_for(tree)) {
+                    *slot += c;
+                }
+                usage
+            }
+            _ => usage_in_window(intervals.iter(), tree.leaves.len(), now, tree.settings.lookback),
+        };
         let ranking = Ranking::compute(tree, &usage.charged, capacity, now);
 
         // The order, as priorities.
@@ -593,6 +623,9 @@ impl Worker {
             }
         }
         // Forget jobs slurmctld has forgotten.
+        let mut first_submit = first_submit;
+        first_submit.retain(|id, _| in_list.contains(id));
+        self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit = first_submit;
         self.contracts_recorded.retain(|id, _| in_list.contains(id));
         self.ends_recorded.retain(|(id, _)| in_list.contains(id));
         self.preemptions_seen.retain(|(id, _)| in_list.contains(id));
@@ -661,6 +694,15 @@ impl Worker {
         self.writer_problems.report("writing the ledger", result.map_err(|e| format!("{e}; {held} run updates are kept in memory until they are written")));
     }
 
+    /// The copy a slurmctld that starts with an unreadable ledger decides
+    /// from (allot_slurm::last_good), after what it holds is in the ledger.
+    fn write_last_good(&mut self, snapshot: Option<&UsageSnapshot>) {
+        let (Some(path), Some(snapshot), Some((version, toml))) = (self.last_good.as_ref(), snapshot, self.follower.budget_source()) else { return };
+        let copy = LastGood::new(allot_slurm::now(), self.writer.path(), version, &toml, Some(snapshot));
+        let result = copy.write(path);
+        self.copy_problems.report("writing the last good copy", result);
+    }
+
     fn try_write_ledger(&mut self, snapshot: Option<UsageSnapshot>) -> Result<(), String> {
         let identity = self.writer()?.identity().map_err(|e| e.to_string())?;
         if self.book_loaded && self.book_ledger.as_deref() != Some(identity.as_str()) {
@@ -693,6 +735,7 @@ impl Worker {
                 if let Some(b) = self.book.as_mut() {
                     b.written(period.runs.len());
                 }
+                self.write_last_good(period.snapshot.as_ref());
                 Ok(())
             }
             Err(e) => {

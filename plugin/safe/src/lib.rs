@@ -15,7 +15,9 @@
 //! And the plugins' shared, safe runtime:
 //! - [`config`], which reads `allot.conf`;
 //! - [`snapshot`]: the budget and ranking read from the ledger off the
-//!   locked paths, swapped in atomically.
+//!   locked paths, swapped in atomically;
+//! - [`last_good`]: the copy of them kept in `StateSaveLocation`, for a
+//!   slurmctld that starts while the ledger cannot be read.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
@@ -25,6 +27,7 @@ pub mod export;
 pub mod guard;
 pub mod handoff;
 pub mod job;
+pub mod last_good;
 pub mod logger;
 pub mod policy;
 pub mod snapshot;
@@ -52,6 +55,14 @@ pub fn load_allot_conf() -> Result<config::AllotConf, String> {
         log::info!("no {} found; using defaults (ledger {})", path.display(), conf.ledger_path.display());
     }
     Ok(conf)
+}
+
+/// The last good copy's path: in slurm.conf's `StateSaveLocation` (None if
+/// slurmctld has none configured).
+pub fn last_good_path() -> Option<std::path::PathBuf> {
+    // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup; state_save_location is a NUL-terminated string or NULL.
+    let dir = unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).state_save_location) }?;
+    Some(last_good::path_in(std::path::Path::new(dir.trim())))
 }
 
 /// The name of user `uid`, or the number if it has none.

@@ -6,7 +6,9 @@
 //! the Slurm callbacks only ever `load()` it, which never blocks and never
 //! touches SQLite. If the ledger disappears, is locked or corrupt, the last
 //! good snapshot stays in place and the problem is logged once (and its end,
-//! once).
+//! once). If no budget was read since slurmctld started, the last good copy
+//! in `StateSaveLocation` ([`crate::last_good`]) stands in for the ledger;
+//! with neither, nothing is published and the plugins refuse to decide.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,8 +19,10 @@ use allot::budget::BudgetTree;
 use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot_ledger::health::Header;
-use allot_ledger::Ledger;
+use allot_ledger::{Ledger, UsageSnapshot};
 use arc_swap::ArcSwapOption;
+
+use crate::last_good::LastGood;
 
 /// One consistent view of the budget and the fair-share order.
 #[derive(Debug)]
@@ -31,6 +35,9 @@ pub struct PolicySnapshot {
     pub ranking: Ranking,
     /// `computed_at` of the usage snapshot behind `ranking` (0: none yet).
     pub usage_at: i64,
+    /// `Some(written_at)` when this comes from the last good copy, not the
+    /// ledger (which could not be read since slurmctld started).
+    pub from_copy: Option<i64>,
 }
 
 /// Logs a recurring problem once, and its end once: a broken ledger must not
@@ -195,14 +202,31 @@ pub struct Follower {
     seen: Option<(u64, i64, i64)>,
     published: Arc<ArcSwapOption<PolicySnapshot>>,
     problems: ProblemLog,
-    /// The last good budget: (file generation, version) it was read at.
+    /// The last good budget: (file generation, version) it was read at
+    /// (generation 0: the last good copy), and the budget file's text.
     /// Kept while the ledger is broken or gone, so scheduling goes on.
-    tree: Option<((u64, i64), Arc<BudgetTree>)>,
+    tree: Option<((u64, i64), Arc<BudgetTree>, Arc<str>)>,
+    /// Where the last good copy is (slurmctld's StateSaveLocation).
+    last_good: Option<PathBuf>,
+    /// The copy the budget came from, while it does.
+    copy: Option<LastGood>,
+    copy_problems: ProblemLog,
 }
 
 impl Follower {
-    pub fn new(path: impl Into<PathBuf>) -> Follower {
-        Follower { ledger: LedgerFile::read_only(path), seen: None, published: Arc::new(ArcSwapOption::empty()), problems: ProblemLog::default(), tree: None }
+    /// Follows the ledger at `path`; `last_good`: the copy to fall back on
+    /// when no budget could be read from it since this process started.
+    pub fn new(path: impl Into<PathBuf>, last_good: Option<PathBuf>) -> Follower {
+        Follower {
+            ledger: LedgerFile::read_only(path),
+            seen: None,
+            published: Arc::new(ArcSwapOption::empty()),
+            problems: ProblemLog::default(),
+            tree: None,
+            last_good,
+            copy: None,
+            copy_problems: ProblemLog::default(),
+        }
     }
 
     /// The handle callbacks read from.
@@ -214,7 +238,10 @@ impl Follower {
     /// Returns whether it did.
     pub fn refresh(&mut self) -> bool {
         let result = self.try_refresh();
-        let changed = *result.as_ref().unwrap_or(&false);
+        let mut changed = *result.as_ref().unwrap_or(&false);
+        if result.is_err() {
+            changed |= self.fall_back_to_copy();
+        }
         self.problems.report("reading the ledger", result.map(|_| ()));
         changed
     }
@@ -224,8 +251,68 @@ impl Follower {
     /// good ones if the ledger cannot be read.
     pub fn refresh_budget(&mut self) -> Option<(i64, Arc<BudgetTree>)> {
         let result = self.read_budget().map(|_| ());
+        if result.is_ok() {
+            self.copy = None;
+        } else {
+            self.fall_back_to_copy();
+        }
         self.problems.report("reading the ledger", result);
-        self.tree.as_ref().map(|((_, version), tree)| (*version, tree.clone()))
+        self.tree.as_ref().map(|((_, version), tree, _)| (*version, tree.clone()))
+    }
+
+    /// The budget's version and the text of its file, as last read.
+    pub fn budget_source(&self) -> Option<(i64, Arc<str>)> {
+        self.tree.as_ref().map(|((_, version), _, toml)| (*version, toml.clone()))
+    }
+
+    /// While the budget comes from the last good copy: the usage it holds.
+    pub fn copy_usage(&self) -> Option<UsageSnapshot> {
+        self.copy.as_ref().and_then(|c| c.usage.as_ref()).map(|u| u.snapshot())
+    }
+
+    /// With no budget read since this process started, takes the last good
+    /// copy's, and publishes a snapshot from it. Returns whether it did.
+    fn fall_back_to_copy(&mut self) -> bool {
+        if self.tree.is_some() {
+            return false; // what this process last read is at least as new
+        }
+        let Some(path) = self.last_good.clone() else { return false };
+        let (copy, tree) = match LastGood::read(&path) {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                self.copy_problems.report("the last good copy", Err(format!("there is none at {}", path.display())));
+                return false;
+            }
+            Err(e) => {
+                self.copy_problems.report("the last good copy", Err(e));
+                return false;
+            }
+        };
+        log::warn!(
+            "no budget can be read from the ledger {}: deciding from the last good copy {} (budget version {}, written {} s ago) until one can",
+            self.ledger.path().display(),
+            path.display(),
+            copy.budget_version,
+            crate::now() - copy.written_at
+        );
+        let tree = Arc::new(tree);
+        let usage = copy.usage.as_ref().map(|u| u.snapshot());
+        let ranking = match &usage {
+            Some(u) => u.ranking(&tree),
+            None => Ranking::compute(&tree, &vec![0; tree.leaves.len()], tree.settings.gpus.unwrap_or(1), 0),
+        };
+        let rules = ContractRules::from(&tree.settings);
+        self.published.store(Some(Arc::new(PolicySnapshot {
+            budget_version: copy.budget_version,
+            tree: tree.clone(),
+            rules,
+            ranking,
+            usage_at: usage.as_ref().map_or(0, |u| u.computed_at),
+            from_copy: Some(copy.written_at),
+        })));
+        self.tree = Some(((0, copy.budget_version), tree, Arc::from(copy.budget_toml.as_str())));
+        self.copy = Some(copy);
+        true
     }
 
     /// The current budget, re-read only when its (file, version) changed.
@@ -235,19 +322,20 @@ impl Follower {
         let Some(version) = version else {
             return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.ledger.path().display()));
         };
-        if let Some((key, tree)) = &self.tree {
+        if let Some((key, tree, _)) = &self.tree {
             if *key == (generation, version) {
                 return Ok((generation, version, tree.clone()));
             }
         }
         let stored = ledger.current_budget().map_err(|e| e.to_string())?.ok_or("the budget vanished while reading")?;
         let tree = Arc::new(stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?);
-        self.tree = Some(((generation, stored.version), tree.clone()));
+        self.tree = Some(((generation, stored.version), tree.clone(), Arc::from(stored.toml.as_str())));
         Ok((generation, stored.version, tree))
     }
 
     fn try_refresh(&mut self) -> Result<bool, String> {
         let (generation, version, tree) = self.read_budget()?;
+        self.copy = None;
         let snapshot = self.ledger.get()?.0.usage_snapshot().map_err(|e| e.to_string())?;
         let usage_at = snapshot.as_ref().map_or(0, |s| s.computed_at);
         if self.seen == Some((generation, version, usage_at)) {
@@ -258,7 +346,7 @@ impl Follower {
             None => Ranking::compute(&tree, &vec![0; tree.leaves.len()], tree.settings.gpus.unwrap_or(1), 0),
         };
         let rules = ContractRules::from(&tree.settings);
-        self.published.store(Some(Arc::new(PolicySnapshot { budget_version: version, tree, rules, ranking, usage_at })));
+        self.published.store(Some(Arc::new(PolicySnapshot { budget_version: version, tree, rules, ranking, usage_at, from_copy: None })));
         self.seen = Some((generation, version, usage_at));
         Ok(true)
     }
@@ -278,8 +366,8 @@ pub struct FollowerThread {
 impl FollowerThread {
     /// Reads the ledger once right away (so the first callbacks have a
     /// snapshot), then every `period` on a thread named `name`.
-    pub fn start(name: &str, path: &Path, period: Duration) -> std::io::Result<FollowerThread> {
-        let mut follower = Follower::new(path);
+    pub fn start(name: &str, path: &Path, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
+        let mut follower = Follower::new(path, last_good);
         follower.refresh();
         let published = follower.handle();
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -333,7 +421,7 @@ mod tests {
     fn follows_versions_and_usage_and_survives_a_broken_ledger() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
-        let mut f = Follower::new(&path);
+        let mut f = Follower::new(&path, None);
         assert!(!f.refresh());
         assert!(f.is_failing(), "a missing ledger is a problem");
         assert!(f.handle().load().is_none());
@@ -362,7 +450,7 @@ mod tests {
         // way the last good snapshot stays, and a fresh reader reports it.
         assert!(!f.refresh());
         assert_eq!(f.handle().load_full().unwrap().ranking.leaves_in_order, vec![1, 0]);
-        let mut fresh = Follower::new(&path);
+        let mut fresh = Follower::new(&path, None);
         assert!(!fresh.refresh());
         assert!(fresh.is_failing());
 
@@ -379,5 +467,52 @@ mod tests {
         let s = f.handle().load_full().unwrap();
         assert_eq!(s.budget_version, 1, "the fresh ledger starts at version 1 again");
         assert!((s.tree.node(s.tree.find("b").unwrap()).effective_share - 0.75).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_process_that_never_read_the_ledger_decides_from_the_last_good_copy() {
+        use crate::last_good::{self, LastGood};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let copy_path = last_good::path_in(dir.path());
+        std::fs::write(&path, b"garbage, not a ledger").unwrap();
+
+        // No copy: nothing is published (the plugins refuse to decide).
+        let mut f = Follower::new(&path, Some(copy_path.clone()));
+        assert!(!f.refresh());
+        assert!(f.handle().load().is_none());
+        assert!(f.refresh_budget().is_none());
+
+        // A copy where b used a lot: a ranks first, from the copy.
+        let usage = UsageSnapshot { computed_at: 50, budget_version: 4, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0 }] };
+        LastGood::new(60, &path, 4, BUDGET, Some(&usage)).write(&copy_path).unwrap();
+        assert!(f.refresh());
+        let s = f.handle().load_full().unwrap();
+        assert_eq!((s.budget_version, s.usage_at, s.from_copy), (4, 50, Some(60)));
+        assert_eq!(s.ranking.leaves_in_order, vec![0, 1]);
+        assert_eq!(f.copy_usage(), Some(usage));
+        assert_eq!(f.budget_source().map(|(v, t)| (v, t.to_string())), Some((4, BUDGET.to_owned())));
+        assert!(!f.refresh(), "published once");
+
+        // The ledger comes back (an admin synced a budget): it wins, and the copy is dropped.
+        std::fs::remove_file(&path).unwrap();
+        let mut l = Ledger::open(&path).unwrap();
+        l.sync_budget(BUDGET, &BudgetTree::parse(BUDGET).unwrap(), "root", "t", 1).unwrap();
+        assert!(f.refresh());
+        let s = f.handle().load_full().unwrap();
+        assert_eq!((s.budget_version, s.from_copy), (1, None));
+        assert_eq!(f.copy_usage(), None);
+
+        // A process that read the ledger once keeps that, not the copy.
+        drop(l);
+        std::fs::write(&path, b"garbage again").unwrap();
+        assert!(!f.refresh());
+        assert_eq!(f.handle().load_full().unwrap().budget_version, 1);
+
+        // A copy it cannot use is not used.
+        std::fs::write(&copy_path, b"{").unwrap();
+        let mut g = Follower::new(&path, Some(copy_path));
+        assert!(!g.refresh());
+        assert!(g.handle().load().is_none());
     }
 }

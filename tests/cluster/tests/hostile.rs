@@ -581,3 +581,135 @@ fn h8_a_full_ledger_disk_loses_no_run() {
     drop(disk);
     drop(c);
 }
+
+/// The teams' charged GPU-seconds in the last good copy slurmctld keeps in
+/// its StateSaveLocation (None: no copy, or one without usage).
+fn copy_usage(c: &TestCluster) -> Option<HashMap<String, i64>> {
+    let text = std::fs::read_to_string(c.dir.join("state/allot-last-good.json")).ok()?;
+    let copy: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let leaves = copy["usage"]["leaves"].as_array()?;
+    Some(leaves.iter().map(|l| (l[0].as_str().unwrap().to_owned(), l[1].as_i64().unwrap())).collect())
+}
+
+#[test]
+fn h9_a_slurmctld_started_without_a_readable_ledger_never_accepts_a_job_unchecked() {
+    let c = TestCluster::start("failclosed", BUDGET, Options::default());
+    let running = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(900)]).unwrap();
+    c.wait_state(running, "RUNNING", secs(30));
+    c.wait_for("the last good copy holds teama's usage", secs(30), || copy_usage(&c).is_some_and(|u| u.get("lab/teama").is_some_and(|&g| g >= 8 * 4)));
+
+    // What a fail-open plugin let through, and what each check must say.
+    let refused = |user: &str, args: &[&str], wanted: &str| {
+        let e = c.sbatch(user, args).expect_err(&format!("{user}: {args:?} was accepted"));
+        assert!(e.contains(wanted), "sbatch {args:?} by {user}: wanted {wanted:?}, got:\n{e}");
+    };
+    let checks_hold = |when: &str| {
+        refused("alice", &["--account=nosuch", &sleep_job(5)], "account 'nosuch' is not in the allot budget tree");
+        refused("alice", &["--account=teamb", &sleep_job(5)], "not a member of budget lab/teamb");
+        refused("alice", &["--comment=min_runtime=9h", &sleep_job(5)], "exceeds the cluster cap of 8h");
+        refused("alice", &["--comment=min_runtime=1h,min_runtime=0", &sleep_job(5)], "min_runtime");
+        let ok = c.sbatch("carol", &["--hold", "--comment=sweep min_runtime=1m", &sleep_job(5)]).unwrap_or_else(|e| panic!("{when}: a good job was refused: {e}"));
+        assert_eq!(c.job(ok).comment(), "sweep min_runtime=1m priority=normal", "{when}");
+        assert_eq!(c.job(ok).get("Account"), "other", "{when}");
+    };
+
+    // 1. Garbage in place of the ledger, then a restart: the checks and the
+    //    order come from the last good copy.
+    let garbage: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8).collect();
+    std::fs::write(c.ledger_path(), &garbage).unwrap();
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-wal"));
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-shm"));
+    c.restart_slurmctld();
+    checks_hold("garbage ledger, last good copy");
+    // teama used 8 GPUs for a while (the copy says so): teamb's waiting job
+    // ranks above teama's, as it did before the restart.
+    let a_waits = c.sbatch("alice", &["-N", "4", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(60)]).unwrap();
+    let b_waits = c.sbatch("bob", &["-N", "4", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(60)]).unwrap();
+    c.wait_for("the waiting jobs are ranked", secs(30), || c.job(b_waits).priority() > c.job(a_waits).priority());
+    assert!(c.ctld_log().contains("deciding from the last good copy"), "the log says where the budget comes from");
+
+    // 2. `allot ledger recover` leaves an empty ledger (no budget): after a
+    //    restart, still the copy.
+    let recover = c.allot(&["ledger", "recover"]);
+    assert!(recover.status.success(), "{}", text(&recover));
+    c.restart_slurmctld();
+    checks_hold("recovered empty ledger, last good copy");
+
+    // 3. No copy either (garbage again, so that the running slurmctld
+    //    cannot write a new copy before it stops): every submission is
+    //    refused, saying what to do.
+    std::fs::write(c.ledger_path(), &garbage).unwrap();
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-wal"));
+    let _ = std::fs::remove_file(c.dir.join("ledger.db-shm"));
+    std::thread::sleep(secs(3));
+    std::fs::remove_file(c.dir.join("state/allot-last-good.json")).unwrap();
+    c.restart_slurmctld();
+    assert!(!c.dir.join("state/allot-last-good.json").exists(), "a copy was written from a garbage ledger");
+    for user in ["carol", "alice", "root"] {
+        refused(user, &["--comment=min_runtime=1m", &sleep_job(5)], "cannot be checked against the budget");
+    }
+    refused("carol", &["--account=nosuch", &sleep_job(5)], "allot doctor");
+    let log = c.ctld_log();
+    assert!(!log.contains("unchecked"), "a job was accepted unchecked:\n{log}");
+
+    // 4. The admin recovers the ledger and syncs the budget: submissions
+    //    are accepted again.
+    let recover = c.allot(&["ledger", "recover"]);
+    assert!(recover.status.success(), "{}", text(&recover));
+    let budget = c.dir.join("budgets.toml");
+    let out = c.allot(&["sync", budget.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    c.wait_for("submissions are accepted once a budget is synced", secs(20), || c.sbatch("carol", &["--hold", &sleep_job(5)]).is_ok());
+    checks_hold("after the sync");
+}
+
+/// Every number of a report whose key names a wait, with its path.
+fn waits_in(v: &serde_json::Value, path: &str, out: &mut Vec<(String, f64)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                let p = format!("{path}.{k}");
+                match x.as_f64() {
+                    Some(n) if k.contains("wait") => out.push((p, n)),
+                    _ => waits_in(x, &p, out),
+                }
+            }
+        }
+        serde_json::Value::Array(a) => a.iter().enumerate().for_each(|(i, x)| waits_in(x, &format!("{path}[{i}]"), out)),
+        _ => {}
+    }
+}
+
+#[test]
+fn h10_waits_count_from_the_first_submission_across_requeues() {
+    let c = TestCluster::start("firstsubmit", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 3, ..Options::default() });
+    let victim = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-w", "n4", &sleep_job(600)]).unwrap();
+    let submit_time = |id: u32| field_i64(&c.jobs_epoch().into_iter().find(|j| j.id == id).expect("slurmctld knows the job"), "SubmitTime");
+    let submitted = submit_time(victim);
+    c.wait_state(victim, "RUNNING", secs(30));
+    std::thread::sleep(secs(3));
+    let preemptor = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=5m", "-w", "n4", &sleep_job(600)]).unwrap();
+    c.wait_state(preemptor, "RUNNING", secs(60));
+    c.wait_for("the victim is requeued", secs(30), || {
+        let j = c.job(victim);
+        j.restarts() >= 1 && j.state() == "PENDING"
+    });
+    let moved = submit_time(victim);
+    eprintln!("Slurm's SubmitTime of the requeued job: {submitted} -> {moved}");
+    // A restart records every contract again, with the submit time Slurm has now.
+    c.restart_slurmctld();
+    c.slurm(None, "scancel", &[&preemptor.to_string()]);
+    c.wait_state(victim, "RUNNING", secs(60));
+    c.wait_for("the victim's contract is in the ledger", secs(20), || c.ledger().contract(victim).ok().flatten().is_some());
+    std::thread::sleep(secs(3));
+    let contract = c.ledger().contract(victim).unwrap().unwrap();
+    assert_eq!(contract.submit_time, submitted, "the ledger keeps the first submission (Slurm now says {moved})");
+    let out = c.allot(&["report", "--json", "-"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", text(&out)));
+    let mut waits = Vec::new();
+    waits_in(&report, "report", &mut waits);
+    assert!(!waits.is_empty(), "the report has waits: {report}");
+    let negative: Vec<_> = waits.iter().filter(|(_, w)| *w < 0.0).collect();
+    assert!(negative.is_empty(), "negative waits: {negative:?}");
+}

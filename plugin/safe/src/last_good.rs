@@ -1,0 +1,145 @@
+//! The last good budget and usage, kept where slurmctld keeps its own state.
+//!
+//! If slurmctld starts while the ledger cannot be read (garbage in its
+//! place, a fresh empty file after `allot ledger recover`, a disk that is
+//! not mounted yet), the plugins must not accept jobs unchecked. So the
+//! priority plugin writes, after every recompute it recorded in the ledger,
+//! a small copy of what the other plugins decide from: the budget file's
+//! text, its version, and each leaf's usage in the window. It lives in
+//! slurm.conf's `StateSaveLocation` (which a backup controller shares), as
+//! `allot-last-good.json`, written to a temporary file and renamed, so a
+//! reader sees the old copy or the new one, never half of one.
+//!
+//! Contracts need no copy: they are the jobs' comments, in Slurm's own state.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use allot::budget::BudgetTree;
+use allot_ledger::{LeafUsage, UsageSnapshot};
+use serde::{Deserialize, Serialize};
+
+/// The file's name in `StateSaveLocation`.
+pub const FILE_NAME: &str = "allot-last-good.json";
+
+/// Bumped when the layout changes; a copy of another format is not used.
+const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LastGood {
+    pub format: u32,
+    /// When it was written (Unix seconds).
+    pub written_at: i64,
+    /// The ledger it was read from.
+    pub ledger: String,
+    pub budget_version: i64,
+    /// The budget file's text, as `allot sync` stored it.
+    pub budget_toml: String,
+    pub usage: Option<UsageCopy>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageCopy {
+    pub computed_at: i64,
+    pub budget_version: i64,
+    pub capacity_gpus: u32,
+    /// (leaf path, charged GPU-seconds, unallocated GPU-seconds).
+    pub leaves: Vec<(String, i64, i64)>,
+}
+
+impl UsageCopy {
+    pub fn of(s: &UsageSnapshot) -> UsageCopy {
+        UsageCopy {
+            computed_at: s.computed_at,
+            budget_version: s.budget_version,
+            capacity_gpus: s.capacity_gpus,
+            leaves: s.leaves.iter().map(|l| (l.leaf.clone(), l.charged, l.unallocated)).collect(),
+        }
+    }
+    pub fn snapshot(&self) -> UsageSnapshot {
+        UsageSnapshot {
+            computed_at: self.computed_at,
+            budget_version: self.budget_version,
+            capacity_gpus: self.capacity_gpus,
+            leaves: self.leaves.iter().map(|(leaf, charged, unallocated)| LeafUsage { leaf: leaf.clone(), charged: *charged, unallocated: *unallocated }).collect(),
+        }
+    }
+}
+
+/// The path of the copy in a `StateSaveLocation`.
+pub fn path_in(state_save_location: &Path) -> PathBuf {
+    state_save_location.join(FILE_NAME)
+}
+
+impl LastGood {
+    pub fn new(written_at: i64, ledger: &Path, budget_version: i64, budget_toml: &str, usage: Option<&UsageSnapshot>) -> LastGood {
+        LastGood {
+            format: FORMAT,
+            written_at,
+            ledger: ledger.display().to_string(),
+            budget_version,
+            budget_toml: budget_toml.to_owned(),
+            usage: usage.map(UsageCopy::of),
+        }
+    }
+
+    /// Reads the copy at `path`: `Ok(None)` if there is none; an error that
+    /// names the file if it cannot be used.
+    pub fn read(path: &Path) -> Result<Option<(LastGood, BudgetTree)>, String> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        };
+        let copy: LastGood = serde_json::from_str(&text).map_err(|e| format!("{} is not a copy allot can read: {e}", path.display()))?;
+        if copy.format != FORMAT {
+            return Err(format!("{} is of format {}, this allot reads format {FORMAT}", path.display(), copy.format));
+        }
+        let tree = BudgetTree::parse(&copy.budget_toml).map_err(|e| format!("the budget in {} does not validate: {e}", path.display()))?;
+        Ok(Some((copy, tree)))
+    }
+
+    /// Writes the copy to `path`: a temporary file beside it, flushed to
+    /// disk, then renamed over it.
+    pub fn write(&self, path: &Path) -> Result<(), String> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let json = serde_json::to_vec(self).map_err(|e| format!("cannot encode the last good copy: {e}"))?;
+        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+        tmp.write_all(&json).and_then(|_| tmp.as_file().sync_all()).map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+        tmp.persist(path).map_err(|e| format!("cannot rename the last good copy to {}: {}", path.display(), e.error))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUDGET: &str = "[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
+
+    #[test]
+    fn round_trips_and_refuses_what_it_cannot_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = path_in(dir.path());
+        assert_eq!(LastGood::read(&path).unwrap(), None, "no copy yet");
+        let usage = UsageSnapshot { computed_at: 7, budget_version: 3, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5 }] };
+        let copy = LastGood::new(9, Path::new("/var/lib/allot/ledger.db"), 3, BUDGET, Some(&usage));
+        copy.write(&path).unwrap();
+        let (back, tree) = LastGood::read(&path).unwrap().unwrap();
+        assert_eq!(back, copy);
+        assert_eq!(back.usage.unwrap().snapshot(), usage);
+        assert_eq!(tree.leaves.len(), 2);
+
+        std::fs::write(&path, b"{ not json").unwrap();
+        let e = LastGood::read(&path).unwrap_err();
+        assert!(e.contains(&path.display().to_string()) && e.contains("not a copy"), "{e}");
+        let mut other = copy.clone();
+        other.format = 99;
+        std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
+        assert!(LastGood::read(&path).unwrap_err().contains("format 99"));
+        other.format = FORMAT;
+        other.budget_toml = "[budget]\n[budget.a]\nshare=-1\n".into();
+        std::fs::write(&path, serde_json::to_vec(&other).unwrap()).unwrap();
+        assert!(LastGood::read(&path).unwrap_err().contains("does not validate"));
+    }
+}
