@@ -523,6 +523,8 @@ fn generate_bindings(tree: &Tree, wrapper: &Path, clang_args: &[String]) -> (Str
         .allowlist_var("JOB_.*|NODE_STATE_.*|PREEMPT_MODE_.*|KILL_.*|DEBUG_FLAG_.*")
         .allowlist_var("ESLURM_.*|SLURM_NO_CHANGE_IN_DATA")
         .allowlist_var("PART_FLAG_.*|PARTITION_.*")
+        // Indices into a job's tres_alloc_cnt (an unnamed enum in slurmctld.h).
+        .allowlist_var("TRES_ARRAY_.*")
         .allowlist_var(JOB_BIT_FLAGS.join("|"))
         // build.rs emits these itself (version.rs), after checking them.
         .blocklist_item("SLURM_VERSION_NUMBER|SLURM_VERSION_STRING")

@@ -283,6 +283,9 @@ pub struct BudgetTree {
     pub leaves: Vec<NodeId>,
     by_path: HashMap<String, NodeId>,
     by_account: HashMap<String, LeafId>,
+    /// Accounts an earlier budget version gave to a leaf that is still here,
+    /// and this one gives to none ([`BudgetTree::with_account_history`]).
+    retired_accounts: HashMap<String, LeafId>,
     /// Explicit `[default_leaf]` entries.
     default_leaf: BTreeMap<String, LeafId>,
     /// Leaves that list the user explicitly.
@@ -704,6 +707,7 @@ impl BudgetTree {
             leaves: Vec::new(),
             by_path: HashMap::new(),
             by_account: HashMap::new(),
+            retired_accounts: HashMap::new(),
             default_leaf: BTreeMap::new(),
             member_of: HashMap::new(),
             open_leaves: Vec::new(),
@@ -879,6 +883,55 @@ impl BudgetTree {
         // The same spelling rules as `leaf_for_job`: what a submission was
         // checked against is what its runs are charged to.
         self.by_account.get(&account.trim().to_lowercase()).copied()
+    }
+
+    /// The leaf a job carrying `account` is charged to: the account's leaf;
+    /// else, for an account an earlier version of the budget gave to a leaf
+    /// that is still in the tree, that leaf. So renaming a leaf's accounts
+    /// cannot make the jobs already queued under the old name run outside
+    /// the budget, uncharged (new submissions with it are refused:
+    /// [`BudgetTree::leaf_for_job`] knows only the current accounts).
+    pub fn charged_leaf_of_account(&self, account: &str) -> Option<LeafId> {
+        let key = account.trim().to_lowercase();
+        self.by_account.get(&key).or_else(|| self.retired_accounts.get(&key)).copied()
+    }
+
+    /// The leaf a recorded run is charged to: the leaf it was recorded under,
+    /// if the tree still has it; else the leaf its account is charged to now
+    /// ([`BudgetTree::charged_leaf_of_account`]). So a leaf removed and added
+    /// again under another name with the same account keeps its usage.
+    pub fn charged_leaf_of_run(&self, leaf_path: Option<&str>, account: Option<&str>) -> Option<LeafId> {
+        leaf_path
+            .and_then(|p| self.find(p))
+            .and_then(|n| self.node(n).leaf)
+            .or_else(|| account.and_then(|a| self.charged_leaf_of_account(a)))
+    }
+
+    /// This tree, remembering the accounts of `older` versions (newest
+    /// first) that this one gives to no leaf: each keeps charging the leaf
+    /// that last had it, if that leaf is still here.
+    pub fn with_account_history<'a>(mut self, older: impl IntoIterator<Item = &'a BudgetTree>) -> BudgetTree {
+        for old in older {
+            for &node in &old.leaves {
+                let old_leaf = old.node(node);
+                let Some(leaf) = self.find(&old_leaf.path).and_then(|n| self.node(n).leaf) else { continue };
+                for account in &old_leaf.accounts {
+                    let key = account.trim().to_lowercase();
+                    if !self.by_account.contains_key(&key) {
+                        self.retired_accounts.entry(key).or_insert(leaf);
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    /// Accounts kept from earlier versions ([`BudgetTree::with_account_history`]),
+    /// with their leaves' paths, sorted.
+    pub fn retired_accounts(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = self.retired_accounts.iter().map(|(a, &l)| (a.clone(), self.leaf_node(l).path.clone())).collect();
+        out.sort();
+        out
     }
 
     /// Whether `user` may charge `leaf`.
@@ -1423,5 +1476,35 @@ members = ["*"]
         let settings = BudgetTree::parse(&LAB.replace("gpus = 32", "gpus = 64")).unwrap();
         assert!(settings.authorize(&old, "alice").is_err());
         assert!(settings.authorize(&old, "director").is_ok());
+    }
+
+    #[test]
+    fn edits_of_accounts_and_leaves_move_charges_never_drop_them() {
+        let v1 = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.tracking]\nshare = 1\naccounts = [\"tracking\"]\n[budget.vision.detect3d]\nshare = 1\naccounts = [\"detect3d\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n").unwrap();
+        // The tracking leaf renames its account; detect3d is removed and
+        // added again as detect3d-v2 with the same account.
+        let v2 = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.tracking]\nshare = 1\naccounts = [\"tracking2\"]\n[budget.vision.detect3d-v2]\nshare = 1\naccounts = [\"detect3d\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n").unwrap();
+        let leaf = |t: &BudgetTree, path: &str| t.node(t.find(path).unwrap()).leaf.unwrap();
+        let tracking = leaf(&v2, "vision/tracking");
+        // Without history the old account is outside the tree...
+        assert_eq!(v2.charged_leaf_of_account("tracking"), None);
+        // ...with it, the jobs queued under it are still charged to tracking,
+        // while a new submission with it is refused (it is no budget's now).
+        let v2 = v2.with_account_history([&v1]);
+        assert_eq!(v2.charged_leaf_of_account("Tracking "), Some(tracking));
+        assert_eq!(v2.charged_leaf_of_account("tracking2"), Some(tracking));
+        assert!(v2.leaf_for_job("alice", Some("tracking")).is_err());
+        assert_eq!(v2.retired_accounts(), vec![("tracking".to_owned(), "vision/tracking".to_owned())]);
+        // A run recorded under the removed detect3d follows its account to detect3d-v2;
+        // one recorded under a leaf that is still there stays there.
+        assert_eq!(v2.charged_leaf_of_run(Some("vision/detect3d"), Some("detect3d")), Some(leaf(&v2, "vision/detect3d-v2")));
+        assert_eq!(v2.charged_leaf_of_run(Some("nlp"), Some("detect3d")), Some(leaf(&v2, "nlp")));
+        assert_eq!(v2.charged_leaf_of_run(Some("vision/gone"), Some("nosuch")), None);
+        // The account given back: the current mapping wins, nothing retired.
+        let v3 = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.tracking]\nshare = 1\naccounts = [\"tracking\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\", \"tracking2\"]\n").unwrap().with_account_history([&v2, &v1]);
+        assert_eq!(v3.charged_leaf_of_account("tracking"), Some(leaf(&v3, "vision/tracking")));
+        assert_eq!(v3.charged_leaf_of_account("tracking2"), Some(leaf(&v3, "nlp")));
+        // An account whose last leaf is gone is charged nowhere.
+        assert_eq!(v3.charged_leaf_of_account("detect3d"), None);
     }
 }

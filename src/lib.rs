@@ -14,9 +14,12 @@
 //!   job priority.
 //! - [`contract`]: the per-job contract read from the job comment.
 //! - [`preempt`]: who may preempt whom, and when a draining node's jobs go.
+//! - [`charge`]: the GPUs a running job is charged: those its CPUs, memory
+//!   or GPUs take out of use.
 #![forbid(unsafe_code)]
 
 pub mod budget;
+pub mod charge;
 pub mod contract;
 pub mod duration;
 pub mod fairshare;

@@ -169,6 +169,25 @@ impl Ledger {
         })
     }
 
+    /// The trees of the versions before `current` that were in force at
+    /// some time since `since` (newest first; versions that no longer parse
+    /// are left out), for [`BudgetTree::with_account_history`]: an account an
+    /// edit took from a leaf keeps charging it through the lookback window.
+    pub fn earlier_trees_since(&self, current: i64, since: i64) -> Result<Vec<BudgetTree>> {
+        let mut out = Vec::new();
+        for v in self.budget_history()?.into_iter().filter(|v| v.version < current) {
+            let in_window = v.synced_at >= since;
+            if let Ok(tree) = v.tree() {
+                out.push(tree);
+            }
+            // The newest version synced before the window was in force at its start.
+            if !in_window {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Node rows of one version, in path order. For reports in SQL's terms
     /// and for consistency checks.
     pub fn budget_nodes(&self, version: i64) -> Result<Vec<NodeRow>> {

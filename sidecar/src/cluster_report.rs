@@ -156,6 +156,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         (None, None) => return Err(anyhow!("the budget gives no GPU count and the plugins have not counted them yet")),
     };
     let leaf_of = |path: Option<&str>| path.and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
+    // A run: the leaf it was recorded under, else its account's now (as the plugins charge it).
+    let run_leaf = |r: &allot_ledger::RunRow| tree.charged_leaf_of_run(r.leaf.as_deref(), r.account.as_deref());
     let mut warnings = Vec::new();
 
     // The span, and each leaf's demand as a step log.
@@ -214,7 +216,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         if !r.allocated {
             total_unallocated += gs;
         }
-        match leaf_of(r.leaf.as_deref()) {
+        match run_leaf(r) {
             Some(leaf) => {
                 let leaf = leaf as usize;
                 held_log[leaf].extend([(a, r.gpus as i64), (b, -(r.gpus as i64))]);

@@ -285,6 +285,7 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
     };
     if let Some(ledger) = ledger {
         f.extend(ledger_checks(&ledger, running));
+        f.extend(last_good_check(running));
     }
     f
 }
@@ -370,6 +371,35 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
         }
     }
     f
+}
+
+/// The copy of the budget and usage that priority/allot keeps in
+/// StateSaveLocation, which a slurmctld that starts without a readable ledger
+/// decides from (plugin/safe/src/last_good.rs writes it).
+fn last_good_check(running: &SlurmConfig) -> Option<Finding> {
+    let dir = running.get("StateSaveLocation")?;
+    let path = Path::new(dir.trim()).join("allot-last-good.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Some(ok(format!(
+                "no last good copy at {} yet: priority/allot writes it after its first recompute with a budget; until then a slurmctld started without a readable ledger refuses every job",
+                path.display()
+            )))
+        }
+        Err(e) => return Some(problem(format!("cannot read the last good copy {}: {e}", path.display()), "let the SlurmUser read and write StateSaveLocation")),
+    };
+    let copy: serde_json::Value = match serde_json::from_str(&text) {
+        Ok(v) => v,
+        Err(e) => return Some(problem(format!("the last good copy {} cannot be read ({e})", path.display()), format!("remove {}: priority/allot writes a new one within a recompute period", path.display()))),
+    };
+    let age = copy["written_at"].as_i64().map(|t| crate::now() - t);
+    Some(ok(format!(
+        "last good copy {}: budget version {}, written {} s ago (what a slurmctld started without a readable ledger decides from)",
+        path.display(),
+        copy["budget_version"].as_i64().unwrap_or(0),
+        age.unwrap_or(0)
+    )))
 }
 
 /// The running Slurm: `scontrol show config`, or, when slurmctld does not

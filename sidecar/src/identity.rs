@@ -15,6 +15,10 @@
 //!   sync` and `allot watch`): `allot budget` edits the file the ledger
 //!   records as last synced.
 //! - the `SlurmUser` is read from /etc/slurm/slurm.conf, never `$SLURM_CONF`.
+//! - no other file or directory may be named by a sudo user who is not an
+//!   admin (`--json`, `--plots`, `--font`, `--slurm-conf`, simulate's
+//!   inputs and outputs, ...: every path argument of every subcommand):
+//!   root would read or write it. `--json -` prints instead.
 //!
 //! Admins may change anything: root (when not acting for a sudo user), the
 //! `SlurmUser` of slurm.conf, and the owner of the ledger file, who could

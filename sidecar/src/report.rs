@@ -50,7 +50,8 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
     let mut run_count = vec![0usize; tree.leaves.len()];
     let mut other = 0i64;
     for r in &runs {
-        match r.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf) {
+        // The leaf it was recorded under, else its account's now: as the plugins charge it.
+        match tree.charged_leaf_of_run(r.leaf.as_deref(), r.account.as_deref()) {
             Some(leaf) => {
                 run_count[leaf as usize] += 1;
                 intervals.push(r.interval(leaf));

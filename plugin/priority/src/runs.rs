@@ -97,8 +97,10 @@ pub struct RunBook {
     unwritten: Vec<RunUpdate>,
 }
 
-fn leaf_in(tree: &BudgetTree, path: Option<&str>) -> Option<LeafId> {
-    path.and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf)
+/// The leaf a run is charged to: the one it was recorded under, else its
+/// account's (`BudgetTree::charged_leaf_of_run`).
+fn leaf_in(tree: &BudgetTree, path: Option<&str>, account: Option<&str>) -> Option<LeafId> {
+    tree.charged_leaf_of_run(path, account)
 }
 
 impl RunBook {
@@ -114,7 +116,7 @@ impl RunBook {
     pub fn merge_ledger(&mut self, rows: Vec<RunRow>, tree: &BudgetTree) {
         let mut known: std::collections::HashSet<(u32, i64)> = self.closed.iter().map(|r| (r.row.job_id, r.row.run_start)).collect();
         for row in rows {
-            let leaf = leaf_in(tree, row.leaf.as_deref());
+            let leaf = leaf_in(tree, row.leaf.as_deref(), row.account.as_deref());
             let key = (row.job_id, row.run_start);
             match row.run_end {
                 None => {
@@ -135,11 +137,12 @@ impl RunBook {
         }
     }
 
-    /// Points every run at its leaf in a new budget tree (leaves removed
-    /// from the budget are no longer charged to anyone).
+    /// Points every run at its leaf in a new budget tree (a run of a leaf
+    /// removed from the budget goes to the leaf its account belongs to now,
+    /// if any).
     pub fn remap(&mut self, tree: &BudgetTree) {
         for run in self.open.values_mut().chain(self.closed.iter_mut()) {
-            run.leaf = leaf_in(tree, run.row.leaf.as_deref());
+            run.leaf = leaf_in(tree, run.row.leaf.as_deref(), run.row.account.as_deref());
         }
     }
 
@@ -174,7 +177,7 @@ impl RunBook {
             }
             _ => vec![(start, e.run_end)],
         };
-        let leaf = leaf_in(tree, e.leaf.as_deref());
+        let leaf = leaf_in(tree, e.leaf.as_deref(), e.account.as_deref());
         for (from, to) in stretches {
             let row = RunRow {
                 job_id: e.job_id,
@@ -232,7 +235,7 @@ impl RunBook {
             };
             self.unwritten.push(RunUpdate::Open(row.clone()));
             self.open_by_job.insert(o.job_id, o.run_start);
-            self.open.insert(key, Run { row, leaf: leaf_in(tree, o.leaf.as_deref()) });
+            self.open.insert(key, Run { row, leaf: leaf_in(tree, o.leaf.as_deref(), o.account.as_deref()) });
         }
         let stopped: Vec<(u32, i64)> = self.open.keys().filter(|k| !still.contains_key(k)).copied().collect();
         for (job_id, start) in stopped {

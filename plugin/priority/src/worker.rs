@@ -59,9 +59,10 @@ pub struct RunEnd {
 impl RunEnd {
     pub fn of(job: &Job<'_>) -> RunEnd {
         // slurmctld reports the end before it frees the allocation, so a run
-        // that held GPUs still shows them; a job that never ran (cancelled
-        // while pending) holds none and is not charged.
-        let gpus = job.gpus_allocated();
+        // that held GPUs (or the CPUs or memory that block them) still shows
+        // them; a job that never ran (cancelled while pending) holds none
+        // and is not charged.
+        let gpus = job.gpus_charged();
         RunEnd {
             job_id: job.id(),
             run_start: job.start_time(),
@@ -478,12 +479,12 @@ impl Worker {
                     let run = running_job(&j, tree, rules);
                     if let Some(l) = run.leaf {
                         let d = &mut demand[l as usize][if run.is_allocated() { 2 } else { 3 }];
-                        *d = d.saturating_add(j.gpus_allocated());
+                        *d = d.saturating_add(j.gpus_charged());
                     }
                     observed.push(Observed {
                         job_id: id,
                         run_start: j.running_since(),
-                        gpus: j.gpus_allocated(),
+                        gpus: j.gpus_charged(),
                         leaf: run.leaf.map(|l| Arc::from(tree.leaf_node(l).path.as_str())),
                         allocated: run.is_allocated(),
                         account: j.account().map(str::to_owned),
@@ -557,7 +558,7 @@ impl Worker {
                 preempting.push((e.job_id, e.preempt_time, detail));
             }
             let contract = contract_of_comment(e.comment.as_deref(), rules);
-            let leaf = e.account.as_deref().and_then(|a| tree.leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
+            let leaf = e.account.as_deref().and_then(|a| tree.charged_leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
             let user = self.names.of(e.user_id);
             book.run_ended(
                 Ended {

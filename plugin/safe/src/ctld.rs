@@ -278,11 +278,18 @@ impl Locked<'_> {
 
     /// Every node, with whether it is draining (DRAIN set, busy or not).
     pub fn nodes(&self) -> Vec<NodeInfo> {
+        self.ctld.nodes()
+    }
+}
+
+impl Slurmctld {
+    /// Every node of slurmctld's table. The caller holds a node lock.
+    fn nodes(&self) -> Vec<NodeInfo> {
         let mut out = Vec::new();
         // SAFETY: the node read lock is held; the table has node_count entries, some of which may be NULL (removed nodes).
         unsafe {
-            let table = *self.ctld.node_table;
-            let count = (*self.ctld.node_count).max(0) as usize;
+            let table = *self.node_table;
+            let count = (*self.node_count).max(0) as usize;
             if table.is_null() {
                 return out;
             }
@@ -293,6 +300,30 @@ impl Locked<'_> {
             }
         }
         out
+    }
+
+    /// The nodes `job` holds, summed: GPUs (their `Gres=`), usable CPUs
+    /// (without specialised cores) and usable memory (without
+    /// `MemSpecLimit`). Called from Slurm's callbacks and the locked walk,
+    /// which hold slurmctld's job and node locks.
+    pub fn nodes_held_by(&self, job: &Job<'_>) -> allot::charge::Nodes {
+        let mut sum = allot::charge::Nodes::default();
+        // SAFETY: as in `nodes`: a node lock is held by every caller (a job
+        // callback or a locked walk); NULL entries are removed nodes.
+        unsafe {
+            let table = *self.node_table;
+            let count = (*self.node_count).max(0) as usize;
+            if table.is_null() {
+                return sum;
+            }
+            for index in (0..count).filter(|&i| job.holds_node(i)) {
+                let Some(node) = (*table.add(index)).as_ref() else { continue };
+                sum.gpus += borrowed_str(node.gres).map_or(0, gpus_in_gres);
+                sum.cpus += if node.cpus_efctv > 0 { node.cpus_efctv } else { node.cpus } as u64;
+                sum.memory_mb += node.real_memory.saturating_sub(node.mem_spec_limit);
+            }
+        }
+        sum
     }
 }
 

@@ -206,6 +206,28 @@ impl<'a> Job<'a> {
         unsafe { gpus_in_gres_list(self.raw.gres_list_alloc) }
     }
 
+    /// CPUs and memory (MB) allocated to the job, from its TRES counts
+    /// (which slurmctld keeps with or without slurmdbd); 0 if it has none.
+    pub fn cpus_and_memory_allocated(&self) -> (u64, u64) {
+        let counts = self.raw.tres_alloc_cnt;
+        if counts.is_null() {
+            return (0, 0);
+        }
+        // SAFETY: tres_alloc_cnt is NULL or an array of the cluster's TRES
+        // counts (at least TRES_ARRAY_TOTAL_CNT entries), owned by the job record.
+        unsafe { (*counts.add(sys::TRES_ARRAY_CPU as usize), *counts.add(sys::TRES_ARRAY_MEM as usize)) }
+    }
+
+    /// The GPUs the job is charged while it runs: the largest of its GPUs
+    /// and the GPU-equivalents of its CPUs and memory on the nodes it holds
+    /// ([`allot::charge`]). Outside slurmctld (no node table): its GPUs.
+    pub fn gpus_charged(&self) -> u32 {
+        let gpus = self.gpus_allocated();
+        let Some(ctld) = crate::ctld::Slurmctld::get() else { return gpus };
+        let (cpus, memory_mb) = self.cpus_and_memory_allocated();
+        allot::charge::charged_gpus(allot::charge::Held { gpus, cpus, memory_mb }, ctld.nodes_held_by(self))
+    }
+
     /// The GPUs a pending job asks for on its fewest nodes (Slurm's
     /// `total_gres`): the demand it adds while it waits.
     pub fn gpus_requested(&self) -> u32 {

@@ -26,7 +26,7 @@ pub fn contract_of_comment(comment: Option<&str>, rules: ContractRules) -> Contr
 
 /// The leaf the job charges, from its account (None: outside the tree).
 pub fn leaf_of(job: &Job<'_>, tree: &BudgetTree) -> Option<LeafId> {
-    job.account().and_then(|a| tree.leaf_of_account(a))
+    job.account().and_then(|a| tree.charged_leaf_of_account(a))
 }
 
 pub fn pending_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Option<PendingJob> {
@@ -51,9 +51,9 @@ pub fn preempt_rules(tree: &BudgetTree) -> PreemptRules {
 
 /// A running job's place among the victims, lowest preempted first (the
 /// preempt plugin's `PREEMPT_DATA_PRIO`): `allot::preempt::victim_order`
-/// with the GPUs it holds and whether a kill requeues it.
+/// with the GPUs it is charged for and whether a kill requeues it.
 pub fn victim_prio(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules, ranking: &Ranking) -> u32 {
-    victim_order(&running_job(job, tree, rules), job.gpus_allocated(), job.requeue_allowed(), ranking, preempt_rules(tree))
+    victim_order(&running_job(job, tree, rules), job.gpus_charged(), job.requeue_allowed(), ranking, preempt_rules(tree))
 }
 
 /// Where a job goes with respect to the small-job partition (allot.conf's

@@ -328,7 +328,11 @@ impl Follower {
             }
         }
         let stored = ledger.current_budget().map_err(|e| e.to_string())?.ok_or("the budget vanished while reading")?;
-        let tree = Arc::new(stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?);
+        let tree = stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?;
+        // Accounts that edits within the window took from a leaf keep charging it.
+        let since = crate::now() - tree.settings.lookback;
+        let earlier = ledger.earlier_trees_since(stored.version, since).map_err(|e| e.to_string())?;
+        let tree = Arc::new(tree.with_account_history(&earlier));
         self.tree = Some(((generation, stored.version), tree.clone(), Arc::from(stored.toml.as_str())));
         Ok((generation, stored.version, tree))
     }

@@ -713,3 +713,67 @@ fn h10_waits_count_from_the_first_submission_across_requeues() {
     let negative: Vec<_> = waits.iter().filter(|(_, w)| *w < 0.0).collect();
     assert!(negative.is_empty(), "negative waits: {negative:?}");
 }
+
+#[test]
+fn h11_a_job_pays_for_the_gpus_its_cpus_or_memory_keep_from_others() {
+    let c = TestCluster::start("blocked", BUDGET, Options::default());
+    // The test nodes: 8 GPUs, 32 CPUs, 64,000 MB each (conf/cluster/slurm.conf.in).
+    let one_gpu_all_cpus = c.sbatch("alice", &["--gres=gpu:1", "-c", "32", "-w", "n1", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let no_gpu_all_cpus = c.sbatch("alice", &["-c", "32", "-w", "n2", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let one_gpu_all_memory = c.sbatch("alice", &["--gres=gpu:1", "--mem=64000", "-w", "n3", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let plain = c.sbatch("alice", &["--gres=gpu:1", "-w", "n4", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let blocking = [one_gpu_all_cpus, no_gpu_all_cpus, one_gpu_all_memory];
+    c.wait_for("all four run", secs(30), || blocking.iter().chain([&plain]).all(|&j| c.job(j).state() == "RUNNING"));
+    // What the trick does: the node's seven other GPUs are out of reach.
+    let kept_out = c.sbatch("bob", &["--gres=gpu:1", "-w", "n1", "--comment=min_runtime=1m", &sleep_job(60)]).unwrap();
+    std::thread::sleep(secs(3));
+    assert_eq!(c.job(kept_out).state(), "PENDING", "a 1-GPU job fits beside a job that holds all of n1's CPUs?");
+    std::thread::sleep(secs(3));
+    c.slurm(None, "scancel", &[&one_gpu_all_cpus.to_string(), &no_gpu_all_cpus.to_string(), &one_gpu_all_memory.to_string(), &plain.to_string(), &kept_out.to_string()]);
+    let runs = wait_for_runs(&c, &[one_gpu_all_cpus, no_gpu_all_cpus, one_gpu_all_memory, plain], 1);
+    for id in blocking {
+        assert_eq!(runs[&id][0].gpus, 8, "job {id} kept a whole node from others and must pay for it: {:?}", runs[&id]);
+    }
+    assert_eq!(runs[&plain][0].gpus, 1, "an ordinary 1-GPU job pays for one GPU: {:?}", runs[&plain]);
+}
+
+#[test]
+fn h12_budget_edits_move_usage_never_drop_it() {
+    let c = TestCluster::start("edits", BUDGET, Options { recompute_period: 1, ..Options::default() });
+    let budget = |args: &[&str]| {
+        let mut all = vec!["budget"];
+        all.extend_from_slice(args);
+        let out = c.allot(&all);
+        assert!(out.status.success(), "allot {all:?}: {}", text(&out));
+        // The plugins follow the ledger within a couple of seconds.
+        std::thread::sleep(secs(4));
+    };
+    // 3. A leaf renames its account while its team's job is queued, the job
+    //    runs, the name goes back: the run is charged to the leaf all along.
+    let held = c.sbatch("alice", &["--hold", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(4)]).unwrap();
+    budget(&["set", "lab/teama", "accounts=teama2"]);
+    let fresh = c.sbatch("alice", &["--account=teama", &sleep_job(5)]);
+    assert!(fresh.is_err(), "a new job may not use the account the leaf gave up");
+    let out = c.scontrol(&["release", &held.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let runs = wait_for_runs(&c, &[held], 1);
+    budget(&["set", "lab/teama", "accounts=teama"]);
+    assert_eq!(runs[&held][0].leaf.as_deref(), Some("lab/teama"), "the run of a job queued under the old account: {:?}", runs[&held]);
+    assert_eq!(runs[&held][0].gpus, 8);
+
+    // 4. A leaf removed and added again under a new name with its account
+    //    keeps its usage (and so its rank among its siblings).
+    let b = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(5)]).unwrap();
+    wait_for_runs(&c, &[b], 1);
+    let usage = |leaf: &str| c.ledger().usage_snapshot().unwrap().and_then(|s| s.leaves.iter().find(|u| u.leaf == leaf).map(|u| u.charged));
+    c.wait_for("teamb's usage is recorded", secs(20), || usage("lab/teamb").is_some_and(|g| g >= 8 * 5));
+    let before = usage("lab/teamb").unwrap();
+    budget(&["remove", "lab/teamb"]);
+    budget(&["add", "lab/teamb2", "share=1", "accounts=teamb", "members=bob,dave"]);
+    wake_recompute(&c);
+    c.wait_for("the new leaf carries the old one's usage", secs(20), || usage("lab/teamb2").is_some_and(|g| g >= before));
+    let report = c.allot(&["report", "--json", "-"]);
+    assert!(report.status.success(), "{}", text(&report));
+    let text_report = c.allot(&["report"]);
+    assert!(!text(&text_report).contains("outside the current budget tree"), "usage fell outside the tree:\n{}", text(&text_report));
+}
