@@ -1055,6 +1055,10 @@ pub enum BudgetChange {
     Description { path: String },
     Setting { name: &'static str, old: String, new: String },
     DefaultLeaf { user: String, old: Option<String>, new: Option<String> },
+    /// Where the jobs and runs of an account a leaf gave up or lost are
+    /// charged now: `to` is the leaf (the account's new one, or the old leaf
+    /// that keeps it through the window), `None` if nowhere.
+    AccountCharges { account: String, from: String, to: Option<String> },
 }
 
 impl fmt::Display for BudgetChange {
@@ -1080,6 +1084,17 @@ impl fmt::Display for BudgetChange {
                 "~ default_leaf.{user} {} -> {}",
                 old.as_deref().unwrap_or("(none)"),
                 new.as_deref().unwrap_or("(none)")
+            ),
+            BudgetChange::AccountCharges { account, from, to: Some(to) } if to == from => {
+                write!(f, "= account {account}: jobs and runs under it stay charged to {} through the lookback window", p(from))
+            }
+            BudgetChange::AccountCharges { account, from, to: Some(to) } => {
+                write!(f, "= account {account}: the usage of {} in the window moves with it to {}", p(from), p(to))
+            }
+            BudgetChange::AccountCharges { account, from, to: None } => write!(
+                f,
+                "! account {account}: no leaf has it now and {} is gone: its runs in the window are charged to no budget",
+                p(from)
             ),
         }
     }
@@ -1146,6 +1161,24 @@ impl BudgetTree {
                 out.push(BudgetChange::Removed { path: node.path.clone() });
             }
         }
+        // Where each account of an old leaf is charged now, when that moved
+        // (the rules of `charged_leaf_of_run` and `with_account_history`).
+        for &leaf in &old.leaves {
+            let was = old.node(leaf);
+            let kept = self.find(&was.path).and_then(|n| self.node(n).leaf);
+            for account in &was.accounts {
+                let now = self.leaf_of_account(account);
+                let to = match (kept, now) {
+                    (Some(k), None) => Some(k),
+                    (None, Some(n)) => Some(n),
+                    (None, None) => None,
+                    // Both still here: its runs so far stay with the leaf,
+                    // its jobs go where the account is (the Accounts line says so).
+                    (Some(_), Some(_)) => continue,
+                };
+                out.push(BudgetChange::AccountCharges { account: account.clone(), from: was.path.clone(), to: to.map(|l| self.leaf_node(l).path.clone()) });
+            }
+        }
         out
     }
 
@@ -1185,6 +1218,8 @@ impl BudgetTree {
                     need(&change, old, path, false);
                 }
                 BudgetChange::Setting { .. } => need(&change, self, "", false),
+                // A consequence of the changes above, which are checked.
+                BudgetChange::AccountCharges { .. } => {}
                 BudgetChange::DefaultLeaf { old: a, new: b, .. } => {
                     if let Some(a) = a {
                         need(&change, old, a, false);
@@ -1490,6 +1525,10 @@ members = ["*"]
         assert_eq!(v2.charged_leaf_of_account("tracking"), None);
         // ...with it, the jobs queued under it are still charged to tracking,
         // while a new submission with it is refused (it is no budget's now).
+        // The history of the sync says where each account is charged now.
+        let said: Vec<String> = v2.diff(&v1).iter().map(|c| c.to_string()).collect();
+        assert!(said.contains(&"= account tracking: jobs and runs under it stay charged to vision/tracking through the lookback window".to_owned()), "{said:?}");
+        assert!(said.contains(&"= account detect3d: the usage of vision/detect3d in the window moves with it to vision/detect3d-v2".to_owned()), "{said:?}");
         let v2 = v2.with_account_history([&v1]);
         assert_eq!(v2.charged_leaf_of_account("Tracking "), Some(tracking));
         assert_eq!(v2.charged_leaf_of_account("tracking2"), Some(tracking));
@@ -1504,7 +1543,9 @@ members = ["*"]
         let v3 = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.tracking]\nshare = 1\naccounts = [\"tracking\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\", \"tracking2\"]\n").unwrap().with_account_history([&v2, &v1]);
         assert_eq!(v3.charged_leaf_of_account("tracking"), Some(leaf(&v3, "vision/tracking")));
         assert_eq!(v3.charged_leaf_of_account("tracking2"), Some(leaf(&v3, "nlp")));
-        // An account whose last leaf is gone is charged nowhere.
+        // An account whose last leaf is gone is charged nowhere, and the sync says so.
         assert_eq!(v3.charged_leaf_of_account("detect3d"), None);
+        let said: Vec<String> = v3.diff(&v2).iter().map(|c| c.to_string()).collect();
+        assert!(said.iter().any(|l| l.starts_with("! account detect3d: no leaf has it now and vision/detect3d-v2 is gone")), "{said:?}");
     }
 }
