@@ -47,6 +47,8 @@
 #                     sched_interval/bf_interval) and conf/allot.conf's
 #                     RecomputePeriod and GraceTime (the two variables above
 #                     are then ignored).
+#   ALLOT_CPU_ONLY=1  nodes without GPUs (32 CPUs, 64,000 MB each): a CPU-only
+#                     development cluster, for a budget with charge = "cpus".
 #   ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (1-3) for small jobs:
 #                     partition gpu (default) without them, partition small
 #                     with all four, and SmallJobPartition=small in allot.conf
@@ -508,6 +510,12 @@ cmd_up() {
         "PLUGIN_DIR=$plugin_dir" "PLUGINS=$snippet_name" "PARTITIONS=$partitions" \
         "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$INNER"
+    if [[ ${ALLOT_CPU_ONLY:-0} == 1 ]]; then
+        # A CPU-only cluster: no GPU GRES at all (the partition keeps its name).
+        sed -i 's/ Gres=gpu:[0-9]*//; s/^GresTypes=gpu$/#&  (ALLOT_CPU_ONLY=1: no GPUs)/' "$CONF"
+        printf '# scripts/cluster.sh ALLOT_CPU_ONLY=1: no GPUs
+' >"$ETC/gres.conf"
+    fi
     # 24.11's slurmd initializes a cgroup plugin whatever ProctrackType and
     # TaskPlugin say, and fails without a cgroup filesystem (none in the
     # root); 24.11 can switch it off (22.05 knows no "disabled").

@@ -8,6 +8,7 @@
 //!
 //! ```toml
 //! [cluster]
+//! charge = "gpus"            # or "cpus" on a cluster without GPUs
 //! gpus = 32                  # optional: the plugins can count GPUs themselves
 //! lookback = "7d"            # sliding window of the fair-share order
 //! min_runtime_cap = "8h"     # largest min_runtime a job may declare
@@ -73,6 +74,10 @@ pub type LeafId = u32;
 /// Cluster-wide knobs, from the `[cluster]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClusterSettings {
+    /// What is charged, counted and shared: GPUs (the default), or CPUs on a
+    /// cluster without GPUs (`charge = "cpus"`). Everything this crate calls
+    /// GPUs (capacity, a job's size, `small_job_gpus`) is then CPUs.
+    pub charge: Charged,
     /// GPUs in the cluster, if the budget says; the plugins count them
     /// from Slurm otherwise. Only scales reports and the margin, not the order.
     pub gpus: Option<u32>,
@@ -108,9 +113,35 @@ pub struct ClusterSettings {
     pub small_job_min_runtime: Seconds,
 }
 
+/// The resource a budget shares ([`ClusterSettings::charge`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Charged {
+    #[default]
+    Gpus,
+    Cpus,
+}
+
+impl Charged {
+    /// As the budget file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Charged::Gpus => "gpus",
+            Charged::Cpus => "cpus",
+        }
+    }
+    /// The unit in reports: `GPU` (GPU-hours), `CPU`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Charged::Gpus => "GPU",
+            Charged::Cpus => "CPU",
+        }
+    }
+}
+
 impl Default for ClusterSettings {
     fn default() -> Self {
         ClusterSettings {
+            charge: Charged::Gpus,
             gpus: None,
             lookback: 7 * 24 * 3600,
             min_runtime_cap: 8 * 3600,
@@ -354,7 +385,8 @@ impl fmt::Display for BudgetErrors {
 impl std::error::Error for BudgetErrors {}
 
 const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
-const CLUSTER_FIELDS: [&str; 11] = [
+const CLUSTER_FIELDS: [&str; 12] = [
+    "charge",
     "gpus",
     "lookback",
     "min_runtime_cap",
@@ -480,6 +512,15 @@ impl Parser<'_> {
                 );
             }
         }
+        let charge = match table.get("charge").map(|i| i.as_str()) {
+            None => Charged::Gpus,
+            Some(Some("gpus")) => Charged::Gpus,
+            Some(Some("cpus")) => Charged::Cpus,
+            Some(_) => {
+                self.error(Self::key_span(table, "charge"), "cluster.charge", "must be \"gpus\" (the default) or \"cpus\" (a cluster without GPUs: CPUs are charged and shared)");
+                Charged::Gpus
+            }
+        };
         let gpus = match table.get("gpus").map(|i| i.as_integer()) {
             None => None,
             Some(Some(n)) if n > 0 && n <= u32::MAX as i64 => Some(n as u32),
@@ -515,6 +556,7 @@ impl Parser<'_> {
         };
         let small_job_min_runtime = self.duration(table, "small_job_min_runtime", defaults.small_job_min_runtime);
         let settings = ClusterSettings {
+            charge,
             gpus,
             lookback,
             min_runtime_cap,
@@ -1112,6 +1154,7 @@ impl BudgetTree {
             }
         };
         let gpus = |g: Option<u32>| g.map(|g| g.to_string()).unwrap_or_else(|| "(from Slurm)".into());
+        setting("charge", o.charge.as_str().to_owned(), n.charge.as_str().to_owned());
         setting("gpus", gpus(o.gpus), gpus(n.gpus));
         setting("lookback", format_duration(o.lookback), format_duration(n.lookback));
         setting("min_runtime_cap", format_duration(o.min_runtime_cap), format_duration(n.min_runtime_cap));

@@ -8,7 +8,8 @@
 //! counts: on an 8-GPU, 32-CPU node, 16 CPUs are 4 GPUs' worth. A share is
 //! rounded up (a GPU that lacks the CPUs or memory to run a job is out of
 //! use too) and never exceeds the nodes' GPUs. A job on nodes without GPUs
-//! is charged nothing: it blocks no GPU.
+//! is charged nothing: it blocks no GPU. On a cluster that shares CPUs
+//! (`charge = "cpus"`), the same rule in CPUs: [`charged_cpus`].
 
 /// The nodes a job holds, summed: their GPUs, usable CPUs and usable memory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +39,15 @@ pub fn charged_gpus(held: Held, nodes: Nodes) -> u32 {
     };
     let most = share(held.cpus, nodes.cpus).max(share(held.memory_mb, nodes.memory_mb)).min(nodes.gpus as u64) as u32;
     held.gpus.max(most)
+}
+
+/// The CPUs a job is charged on a cluster that shares CPUs
+/// (`charge = "cpus"`): the largest of its CPUs and the CPU-equivalent of
+/// its memory on the nodes it holds, rounded up, never more than their CPUs.
+pub fn charged_cpus(cpus: u64, memory_mb: u64, nodes: Nodes) -> u32 {
+    let node_cpus = nodes.cpus.min(u32::MAX as u64) as u32;
+    // The GPU rule with CPUs in the place of GPUs.
+    charged_gpus(Held { gpus: cpus.min(u32::MAX as u64) as u32, cpus: 0, memory_mb }, Nodes { gpus: node_cpus, cpus: 0, memory_mb: nodes.memory_mb })
 }
 
 #[cfg(test)]
@@ -72,5 +82,15 @@ mod tests {
         // Nodes without GPUs, or counts Slurm did not give: nothing blocked.
         assert_eq!(charged_gpus(held(0, 32, 64_000), Nodes { gpus: 0, cpus: 32, memory_mb: 64_000 }), 0);
         assert_eq!(charged_gpus(held(3, 0, 0), Nodes::default()), 3);
+    }
+
+    #[test]
+    fn on_a_cpu_cluster_a_job_pays_for_the_cpus_its_memory_blocks() {
+        let node = Nodes { gpus: 0, cpus: 32, memory_mb: 64_000 };
+        assert_eq!(charged_cpus(4, 4000, node), 4);
+        assert_eq!(charged_cpus(1, 64_000, node), 32);
+        assert_eq!(charged_cpus(1, 32_000, node), 16);
+        assert_eq!(charged_cpus(32, 1000, node), 32);
+        assert_eq!(charged_cpus(5, 0, Nodes::default()), 5, "node counts Slurm did not give: the CPUs");
     }
 }

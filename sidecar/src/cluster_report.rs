@@ -71,6 +71,9 @@ pub struct NodeStats {
 pub struct ClusterReport {
     pub ledger: String,
     pub budget_version: i64,
+    /// What the budget shares: `GPU`, or `CPU` (`charge = "cpus"`); every
+    /// GPU figure below is then in CPUs.
+    pub unit: String,
     pub gpus: u32,
     pub from: i64,
     pub to: i64,
@@ -370,6 +373,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         log.sort_unstable();
     }
     let report = ClusterReport {
+        unit: tree.settings.charge.unit().to_owned(),
         ledger: l.path().to_owned(),
         budget_version: v.version,
         gpus: capacity,
@@ -476,6 +480,17 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
 }
 
 /// The report as text: the cluster's figures, then the tree.
+/// [`render`], in the budget's unit: on a budget that shares CPUs, every
+/// "GPU" of the text says "CPU".
+pub fn render_in_unit(r: &ClusterReport) -> String {
+    let text = render(r);
+    if r.unit == "GPU" {
+        text
+    } else {
+        text.replace("GPU", &r.unit)
+    }
+}
+
 pub fn render(r: &ClusterReport) -> String {
     let mut out = String::new();
     let pct = |x: f64| format!("{:.1}%", 100.0 * x);
@@ -773,9 +788,9 @@ pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()>
         Some(path) => {
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
-            print!("{}", render(&report));
+            print!("{}", render_in_unit(&report));
         }
-        None => print!("{}", render(&report)),
+        None => print!("{}", render_in_unit(&report)),
     }
     if let (Some(dir), Some(font)) = (plots, font) {
         let path = draw_shares(dir, &font, &report, &timelines, under)?;

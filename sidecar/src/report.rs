@@ -42,8 +42,9 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
     let from = now - window;
     let runs = l.runs_since(from).context("reading runs")?;
     println!(
-        "usage over the last {} (budget version {version}, {capacity} GPUs): GPU-hours charged to each leaf against its allocation",
-        format_duration(window)
+        "usage over the last {} (budget version {version}, {capacity} {unit}s): {unit}-hours charged to each leaf against its allocation",
+        format_duration(window),
+        unit = tree.settings.charge.unit()
     );
     // One pass: each run to its leaf in the current tree, or to "other".
     let mut intervals = Vec::with_capacity(runs.len());
@@ -77,7 +78,7 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
     }
     print_table(&rows, &[1, 2, 3, 4, 5, 6]);
     if other > 0 {
-        println!("(and {} GPU-hours by jobs outside the current budget tree)", hours(other as f64));
+        println!("(and {} {}-hours by jobs outside the current budget tree)", hours(other as f64), tree.settings.charge.unit());
     }
     Ok(())
 }

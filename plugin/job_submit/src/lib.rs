@@ -172,7 +172,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         let charged = self.charged(&s.tree, desc.user_id(), account.as_deref())?;
         if let Some(small) = &self.conf.small_job_partition {
             let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
-            let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.gpus_requested_at_most() };
+            let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge) };
             if let Some(partition) = small_job_partition_route(small, requested.as_deref(), &waiting, preempt_rules(&s.tree)).map_err(small_partition_refusal)? {
                 log::debug!("a submission by uid {} may use the small-job nodes: partition {partition}", desc.user_id());
                 desc.set_partition(&partition);
@@ -212,7 +212,8 @@ impl JobSubmitPlugin for JobSubmitAllot {
             };
             // An update of the GPU request is judged by the larger of what it
             // names and what the job asked (its other counts may stay).
-            let gpus = if desc.changes_gpu_request() { desc.gpus_requested_at_most().max(job.gpus_requested_at_most()) } else { job.gpus_requested_at_most() };
+            let unit = s.tree.settings.charge;
+            let gpus = if desc.changes_gpu_request() { desc.units_requested_at_most(unit).max(job.units_requested_at_most(unit)) } else { job.units_requested_at_most(unit) };
             let resulting = partition.as_deref().or(job.partition()).filter(|p| !p.trim().is_empty());
             if let Some(resulting) = resulting {
                 small_job_partition_route(small, Some(resulting), &WaitingJob { leaf, contract, gpus }, preempt_rules(&s.tree))

@@ -44,7 +44,10 @@ pub struct RunEnd {
     pub job_id: u32,
     pub run_start: i64,
     pub run_end: i64,
+    /// GPUs charged (the GPUs, or the GPU-equivalent of CPUs and memory), and
+    /// CPUs charged (for a budget that shares CPUs).
     pub gpus: u32,
+    pub cpus: u32,
     pub account: Option<String>,
     pub comment: Option<String>,
     pub user_id: u32,
@@ -62,12 +65,14 @@ impl RunEnd {
         // that held GPUs (or the CPUs or memory that block them) still shows
         // them; a job that never ran (cancelled while pending) holds none
         // and is not charged.
-        let gpus = job.gpus_charged();
+        // Both counts: the budget in force when the walk takes it decides.
+        let (gpus, cpus) = (job.gpus_charged(), job.cpus_charged());
         RunEnd {
             job_id: job.id(),
             run_start: job.start_time(),
             run_end: job.end_time(),
             gpus,
+            cpus,
             account: job.account().map(str::to_owned),
             comment: job.comment().map(str::to_owned),
             user_id: job.user_id(),
@@ -431,7 +436,8 @@ impl Worker {
     fn recompute(&mut self, locked: &mut Locked<'_>, tree: &BudgetTree, rules: ContractRules, now: i64) -> Recomputed {
         let nodes = locked.nodes();
         let draining: Vec<usize> = nodes.iter().filter(|n| n.draining).map(|n| n.index).collect();
-        let slurm_gpus: u32 = nodes.iter().map(|n| n.gpus).sum();
+        let unit = tree.settings.charge;
+        let slurm_gpus: u32 = nodes.iter().map(|n| n.units(unit)).sum();
         let capacity = tree.settings.gpus.unwrap_or(slurm_gpus).max(1);
 
         let mut observed = Vec::new();
@@ -469,7 +475,7 @@ impl Worker {
                         resumable: j.requeue_allowed(),
                         submit_time: first_submit.get(&id).copied().unwrap_or_else(|| j.submit_time()).min(j.submit_time()),
                         comment: j.comment().unwrap_or("").to_owned(),
-                        gpus: Some(j.gpus_requested()),
+                        gpus: Some(j.units_requested(unit)),
                     });
                     self.contracts_recorded.insert(id, digest);
                 }
@@ -479,12 +485,12 @@ impl Worker {
                     let run = running_job(&j, tree, rules);
                     if let Some(l) = run.leaf {
                         let d = &mut demand[l as usize][if run.is_allocated() { 2 } else { 3 }];
-                        *d = d.saturating_add(j.gpus_charged());
+                        *d = d.saturating_add(j.units_charged(unit));
                     }
                     observed.push(Observed {
                         job_id: id,
                         run_start: j.running_since(),
-                        gpus: j.gpus_charged(),
+                        gpus: j.units_charged(unit),
                         leaf: run.leaf.map(|l| Arc::from(tree.leaf_node(l).path.as_str())),
                         allocated: run.is_allocated(),
                         account: j.account().map(str::to_owned),
@@ -507,7 +513,7 @@ impl Worker {
                         // yet (`--begin` later), wants nothing until then.
                         if j.priority() != 0 && j.begin_time() <= now {
                             let d = &mut demand[p.leaf as usize][if p.allocated { 0 } else { 1 }];
-                            *d = d.saturating_add(j.gpus_requested());
+                            *d = d.saturating_add(j.units_requested(unit));
                         }
                         pending.push(p);
                     }
@@ -565,7 +571,7 @@ impl Worker {
                     job_id: e.job_id,
                     run_start: e.run_start,
                     run_end: e.run_end,
-                    gpus: e.gpus,
+                    gpus: if unit == allot::budget::Charged::Cpus { e.cpus } else { e.gpus },
                     leaf,
                     allocated: contract.is_allocated(),
                     account: e.account,

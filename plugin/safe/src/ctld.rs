@@ -227,7 +227,19 @@ impl Drop for Held<'_> {
 pub struct NodeInfo {
     pub index: usize,
     pub gpus: u32,
+    /// Usable CPUs (without specialised cores).
+    pub cpus: u32,
     pub draining: bool,
+}
+
+impl NodeInfo {
+    /// What the node offers in the budget's unit.
+    pub fn units(&self, unit: allot::budget::Charged) -> u32 {
+        match unit {
+            allot::budget::Charged::Gpus => self.gpus,
+            allot::budget::Charged::Cpus => self.cpus,
+        }
+    }
 }
 
 /// GPUs in a node's `Gres=` string: `gpu:8`, `gpu:a100:4(S:0-1),gpu:v100:2`,
@@ -296,7 +308,8 @@ impl Slurmctld {
             for index in 0..count {
                 let Some(node) = (*table.add(index)).as_ref() else { continue };
                 let gpus = borrowed_str(node.gres).map_or(0, gpus_in_gres);
-                out.push(NodeInfo { index, gpus, draining: node.node_state & sys::NODE_STATE_DRAIN != 0 });
+                let cpus = if node.cpus_efctv > 0 { node.cpus_efctv } else { node.cpus } as u32;
+                out.push(NodeInfo { index, gpus, cpus, draining: node.node_state & sys::NODE_STATE_DRAIN != 0 });
             }
         }
         out

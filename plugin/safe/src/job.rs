@@ -6,6 +6,7 @@
 //! policy needs and nothing else, and never keep a pointer past that scope.
 
 use slurm_sys as sys;
+use allot::budget::Charged;
 
 use crate::strings::{borrowed_str, borrowed_text, replace_slurm_string};
 
@@ -228,6 +229,44 @@ impl<'a> Job<'a> {
         allot::charge::charged_gpus(allot::charge::Held { gpus, cpus, memory_mb }, ctld.nodes_held_by(self))
     }
 
+    /// The CPUs the job is charged while it runs on a cluster that shares
+    /// CPUs: its CPUs, or the CPU-equivalent of its memory ([`allot::charge::charged_cpus`]).
+    pub fn cpus_charged(&self) -> u32 {
+        let (cpus, memory_mb) = self.cpus_and_memory_allocated();
+        let Some(ctld) = crate::ctld::Slurmctld::get() else { return cpus.min(u32::MAX as u64) as u32 };
+        allot::charge::charged_cpus(cpus, memory_mb, ctld.nodes_held_by(self))
+    }
+
+    /// What the job is charged while it runs, in the budget's unit.
+    pub fn units_charged(&self, unit: Charged) -> u32 {
+        match unit {
+            Charged::Gpus => self.gpus_charged(),
+            Charged::Cpus => self.cpus_charged(),
+        }
+    }
+
+    /// What a pending job asks for (its demand while it waits), in the
+    /// budget's unit: GPUs on its fewest nodes, or its minimum CPUs.
+    pub fn units_requested(&self, unit: Charged) -> u32 {
+        match unit {
+            Charged::Gpus => self.gpus_requested(),
+            Charged::Cpus => self.details().map_or(0, |d| d.min_cpus),
+        }
+    }
+
+    /// The most a pending job can be given, in the budget's unit (see
+    /// [`Job::gpus_requested_at_most`]; CPUs: its maximum CPU count if it
+    /// set one, else no bound).
+    pub fn units_requested_at_most(&self, unit: Charged) -> u32 {
+        match unit {
+            Charged::Gpus => self.gpus_requested_at_most(),
+            Charged::Cpus => match self.details() {
+                Some(d) if d.max_cpus != 0 && d.max_cpus != sys::NO_VAL => d.max_cpus.max(d.min_cpus),
+                _ => u32::MAX,
+            },
+        }
+    }
+
     /// The GPUs a pending job asks for on its fewest nodes (Slurm's
     /// `total_gres`): the demand it adds while it waits.
     pub fn gpus_requested(&self) -> u32 {
@@ -429,6 +468,17 @@ impl<'a> JobDesc<'a> {
             || set(self.raw.max_nodes)
             || set(self.raw.num_tasks)
     }
+    /// The most the request can be given in the budget's unit: GPUs
+    /// ([`JobDesc::gpus_requested_at_most`]), or CPUs (its maximum CPU
+    /// count if it set one, else no bound).
+    pub fn units_requested_at_most(&self, unit: Charged) -> u32 {
+        match unit {
+            Charged::Gpus => self.gpus_requested_at_most(),
+            Charged::Cpus if self.raw.max_cpus != 0 && self.raw.max_cpus != sys::NO_VAL => self.raw.max_cpus.max(if self.raw.min_cpus == sys::NO_VAL { 0 } else { self.raw.min_cpus }),
+            Charged::Cpus => u32::MAX,
+        }
+    }
+
     /// The most GPUs the request can be given, as [`Job::gpus_requested_at_most`]
     /// reckons for a job record, from the request's own strings
     /// (`--gpus`, `--gres`/`--gpus-per-node`, `--gpus-per-socket`,

@@ -40,7 +40,7 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
 }
 
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
-    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.gpus_requested_at_most() }
+    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.units_requested_at_most(tree.settings.charge) }
 }
 
 /// The budget's switchable preemption rules (`preempt_within_team`,
@@ -53,7 +53,7 @@ pub fn preempt_rules(tree: &BudgetTree) -> PreemptRules {
 /// preempt plugin's `PREEMPT_DATA_PRIO`): `allot::preempt::victim_order`
 /// with the GPUs it is charged for and whether a kill requeues it.
 pub fn victim_prio(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules, ranking: &Ranking) -> u32 {
-    victim_order(&running_job(job, tree, rules), job.gpus_charged(), job.requeue_allowed(), ranking, preempt_rules(tree))
+    victim_order(&running_job(job, tree, rules), job.units_charged(tree.settings.charge), job.requeue_allowed(), ranking, preempt_rules(tree))
 }
 
 /// Where a job goes with respect to the small-job partition (allot.conf's

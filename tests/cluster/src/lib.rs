@@ -126,11 +126,14 @@ pub struct Options {
     /// (scripts/cluster.sh ALLOT_ACCOUNTING). No account or user is added:
     /// see [`TestCluster::allot_in_release`] and `allot associations`.
     pub accounting: bool,
+    /// Nodes without GPUs (scripts/cluster.sh ALLOT_CPU_ONLY), for budgets
+    /// that share CPUs.
+    pub cpu_only: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false }
     }
 }
 
@@ -233,6 +236,7 @@ impl TestCluster {
             .env("ALLOT_GRACE_TIME", options.grace.to_string())
             .env("ALLOT_RUN_LOG", if options.run_log { "1" } else { "0" })
             .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
+            .env("ALLOT_CPU_ONLY", if options.cpu_only { "1" } else { "0" })
             .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
             .env("ALLOT_SLURM_RELEASE", &release.name)
             .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))

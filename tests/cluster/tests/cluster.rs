@@ -694,3 +694,35 @@ fn plugin_version_offset(elf: &[u8]) -> (usize, u32) {
     let offset = (start + sym.address() - section.address()) as usize;
     (offset, u32::from_ne_bytes(elf[offset..offset + 4].try_into().unwrap()))
 }
+
+#[test]
+fn t16_a_cpu_only_cluster_shares_and_charges_cpus() {
+    // The seed's development cluster: nodes without GPUs (32 CPUs, 64,000 MB
+    // each), a budget that shares CPUs.
+    let budget = BUDGET.replace("[cluster]\n", "[cluster]\ncharge = \"cpus\"\n");
+    let c = TestCluster::start("cpuonly", &budget, Options { cpu_only: true, ..Options::default() });
+    let whole_node = c.sbatch("alice", &["-c", "32", "-w", "n1", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let memory_node = c.sbatch("carol", &["--mem=64000", "-w", "n2", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    let four = c.sbatch("bob", &["-c", "4", "-w", "n3", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
+    c.wait_for("the three run", secs(30), || [whole_node, memory_node, four].iter().all(|&j| c.job(j).state() == "RUNNING"));
+    // The contract's checks hold as on a GPU cluster.
+    let refused = c.sbatch("alice", &["--comment=min_runtime=9h", &sleep_job(5)]).expect_err("min_runtime past the cap was accepted");
+    assert!(refused.contains("exceeds the cluster cap of 8h"), "{refused}");
+    // Usage in CPUs: capacity 4 x 32, teama's 32 CPUs a second.
+    c.wait_for("teama's CPU usage is recorded", secs(20), || {
+        c.ledger().usage_snapshot().unwrap().is_some_and(|s| s.capacity_gpus == 128 && s.leaves.iter().any(|u| u.leaf == "lab/teama" && u.charged >= 32 * 3))
+    });
+    // Fair-share in CPUs: teama used 32 CPUs, teamb 4: teamb's waiting job first.
+    let a_waits = c.sbatch("alice", &["-N", "4", "-c", "32", "--comment=min_runtime=1m", &sleep_job(60)]).unwrap();
+    let b_waits = c.sbatch("bob", &["-N", "4", "-c", "32", "--comment=min_runtime=1m", &sleep_job(60)]).unwrap();
+    c.wait_for("teamb's waiting job ranks above teama's", secs(30), || c.job(b_waits).priority() > c.job(a_waits).priority());
+    c.slurm(None, "scancel", &[&whole_node.to_string(), &memory_node.to_string(), &four.to_string(), &a_waits.to_string(), &b_waits.to_string()]);
+    let l = || c.ledger();
+    c.wait_for("the runs are closed in the ledger", secs(30), || [whole_node, memory_node, four].iter().all(|&j| l().runs_of_job(j).unwrap().iter().any(|r| r.run_end.is_some())));
+    // Charged what each kept from others: a whole node's CPUs, a whole node's
+    // memory (its CPUs' worth), four CPUs.
+    let charged = |j: u32| l().runs_of_job(j).unwrap()[0].gpus;
+    assert_eq!((charged(whole_node), charged(memory_node), charged(four)), (32, 32, 4));
+    let report = c.allot(&["report"]);
+    assert!(report.status.success() && text(&report).contains("CPU") && !text(&report).contains("GPU"), "the report speaks CPUs:\n{}", text(&report));
+}
