@@ -949,6 +949,27 @@ impl BudgetTree {
             .or_else(|| account.and_then(|a| self.charged_leaf_of_account(a)))
     }
 
+    /// The node a recorded run's usage counts in: its leaf
+    /// ([`BudgetTree::charged_leaf_of_run`]); else, for a run of a leaf that
+    /// is gone with its accounts, the nearest node of its path still in the
+    /// tree (its parent, or higher), so that the removal lowers no node's
+    /// usage against its siblings. `None` for a run outside the tree.
+    pub fn charged_node_of_run(&self, leaf_path: Option<&str>, account: Option<&str>) -> Option<NodeId> {
+        if let Some(leaf) = self.charged_leaf_of_run(leaf_path, account) {
+            return Some(self.leaves[leaf as usize]);
+        }
+        let mut path = leaf_path?.trim().trim_matches('/');
+        while let Some((parent, _)) = path.rsplit_once('/') {
+            path = parent;
+            if let Some(node) = self.find(path) {
+                return Some(node);
+            }
+        }
+        // A top-level leaf that is gone: its usage counts at the root, which
+        // has no siblings to rank against.
+        None
+    }
+
     /// This tree, remembering the accounts of `older` versions (newest
     /// first) that this one gives to no leaf: each keeps charging the leaf
     /// that last had it, if that leaf is still here.
@@ -1100,7 +1121,9 @@ pub enum BudgetChange {
     /// Where the jobs and runs of an account a leaf gave up or lost are
     /// charged now: `to` is the leaf (the account's new one, or the old leaf
     /// that keeps it through the window), `None` if nowhere.
-    AccountCharges { account: String, from: String, to: Option<String> },
+    /// `to: None`: the account's usage in the window counts in `inner`, the
+    /// nearest node of the old leaf's path still in the tree (none: the root).
+    AccountCharges { account: String, from: String, to: Option<String>, inner: Option<String> },
 }
 
 impl fmt::Display for BudgetChange {
@@ -1127,13 +1150,19 @@ impl fmt::Display for BudgetChange {
                 old.as_deref().unwrap_or("(none)"),
                 new.as_deref().unwrap_or("(none)")
             ),
-            BudgetChange::AccountCharges { account, from, to: Some(to) } if to == from => {
+            BudgetChange::AccountCharges { account, from, to: Some(to), .. } if to == from => {
                 write!(f, "= account {account}: jobs and runs under it stay charged to {} through the lookback window", p(from))
             }
-            BudgetChange::AccountCharges { account, from, to: Some(to) } => {
+            BudgetChange::AccountCharges { account, from, to: Some(to), .. } => {
                 write!(f, "= account {account}: the usage of {} in the window moves with it to {}", p(from), p(to))
             }
-            BudgetChange::AccountCharges { account, from, to: None } => write!(
+            BudgetChange::AccountCharges { account, from, to: None, inner: Some(inner) } => write!(
+                f,
+                "= account {account}: no leaf has it now and {} is gone: its usage in the window counts in {}'s",
+                p(from),
+                p(inner)
+            ),
+            BudgetChange::AccountCharges { account, from, to: None, inner: None } => write!(
                 f,
                 "! account {account}: no leaf has it now and {} is gone: its runs in the window are charged to no budget",
                 p(from)
@@ -1219,7 +1248,8 @@ impl BudgetTree {
                     // its jobs go where the account is (the Accounts line says so).
                     (Some(_), Some(_)) => continue,
                 };
-                out.push(BudgetChange::AccountCharges { account: account.clone(), from: was.path.clone(), to: to.map(|l| self.leaf_node(l).path.clone()) });
+                let inner = if to.is_none() { self.charged_node_of_run(Some(&was.path), None).map(|n| self.node(n).path.clone()) } else { None };
+                out.push(BudgetChange::AccountCharges { account: account.clone(), from: was.path.clone(), to: to.map(|l| self.leaf_node(l).path.clone()), inner });
             }
         }
         out
@@ -1589,6 +1619,7 @@ members = ["*"]
         // An account whose last leaf is gone is charged nowhere, and the sync says so.
         assert_eq!(v3.charged_leaf_of_account("detect3d"), None);
         let said: Vec<String> = v3.diff(&v2).iter().map(|c| c.to_string()).collect();
-        assert!(said.iter().any(|l| l.starts_with("! account detect3d: no leaf has it now and vision/detect3d-v2 is gone")), "{said:?}");
+        assert!(said.contains(&"= account detect3d: no leaf has it now and vision/detect3d-v2 is gone: its usage in the window counts in vision's".to_owned()), "{said:?}");
+        assert_eq!(v3.charged_node_of_run(Some("vision/detect3d-v2"), Some("detect3d")), v3.find("vision"));
     }
 }

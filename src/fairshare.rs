@@ -82,6 +82,14 @@ impl Ranking {
         Ranker::new(tree).rank(charged, capacity_gpus, now)
     }
 
+    /// [`Ranking::compute`], with usage that belongs to inner nodes: what the
+    /// leaves removed from the budget within the window used, counted in the
+    /// nearest node still in the tree (`BudgetTree::charged_node_of_run`), so
+    /// removing a leaf lowers no node's usage against its siblings.
+    pub fn compute_with_orphans(tree: &BudgetTree, charged: &[i64], orphans: &[(NodeId, i64)], capacity_gpus: u32, now: UnixTime) -> Ranking {
+        Ranker::new(tree).rank_with_orphans(charged, orphans, capacity_gpus, now)
+    }
+
     pub fn leaves(&self) -> usize {
         self.leaf_rank.len()
     }
@@ -213,6 +221,11 @@ impl Ranker {
 
     /// [`Ranking::compute`] for this ranker's tree.
     pub fn rank(&mut self, charged: &[i64], capacity_gpus: u32, now: UnixTime) -> Ranking {
+        self.rank_with_orphans(charged, &[], capacity_gpus, now)
+    }
+
+    /// [`Ranker::rank`] with usage of inner nodes ([`Ranking::compute_with_orphans`]).
+    pub fn rank_with_orphans(&mut self, charged: &[i64], orphans: &[(NodeId, i64)], capacity_gpus: u32, now: UnixTime) -> Ranking {
         let mut out = Ranking {
             now,
             capacity_gpus,
@@ -225,13 +238,18 @@ impl Ranker {
             depth: Vec::new(),
             leaf_node: Vec::new(),
         };
-        self.rank_into(charged, capacity_gpus, now, &mut out);
+        self.rank_into_with_orphans(charged, orphans, capacity_gpus, now, &mut out);
         out
     }
 
     /// Ranks into `out`, reusing its buffers (`out` may come from any
     /// earlier ranking, of this tree or another).
     pub fn rank_into(&mut self, charged: &[i64], capacity_gpus: u32, now: UnixTime, out: &mut Ranking) {
+        self.rank_into_with_orphans(charged, &[], capacity_gpus, now, out)
+    }
+
+    /// [`Ranker::rank_into`] with usage of inner nodes ([`Ranking::compute_with_orphans`]).
+    pub fn rank_into_with_orphans(&mut self, charged: &[i64], orphans: &[(NodeId, i64)], capacity_gpus: u32, now: UnixTime, out: &mut Ranking) {
         let n = self.parent.len();
         if self.allocation_of != Some(capacity_gpus) {
             let capacity = capacity_gpus.max(1) as f64 * self.lookback.max(1) as f64;
@@ -243,6 +261,11 @@ impl Ranker {
         self.usage.iter_mut().for_each(|u| *u = 0);
         for (leaf, &node) in self.leaf_node.iter().enumerate() {
             self.usage[node as usize] = charged.get(leaf).copied().unwrap_or(0);
+        }
+        for &(node, used) in orphans {
+            if let Some(u) = self.usage.get_mut(node as usize) {
+                *u += used;
+            }
         }
         // Nodes are stored parents-first, so one reverse pass sums subtrees.
         for id in (1..n).rev() {
@@ -386,5 +409,24 @@ accounts = ["b"]
         let r = Ranking::compute(&t, &[0, 0, 0], 4, 0);
         // a (0.75) before b (0.25); x before y by name.
         assert_eq!(r.leaves_in_order, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn usage_of_a_removed_leaf_stays_in_its_parent() {
+        // vision (two teams) and nlp, equal shares; vision's second team was
+        // removed, with its account, after using the cluster.
+        let t = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.a]\nshare = 1\naccounts = [\"a\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n").unwrap();
+        let vision = t.find("vision").unwrap();
+        let leaf = |p: &str| t.node(t.find(p).unwrap()).leaf.unwrap();
+        assert_eq!(t.charged_node_of_run(Some("vision/gone"), Some("gone")), Some(vision));
+        assert_eq!(t.charged_node_of_run(Some("gone"), None), None, "a removed top-level leaf counts nowhere: the root has no siblings");
+        // nlp used some; vision's remaining team nothing; the removed team more.
+        let mut charged = vec![0; t.leaves.len()];
+        charged[leaf("nlp") as usize] = 1000;
+        let without = Ranking::compute(&t, &charged, 8, 0);
+        assert_eq!(without.leaves_in_order[0], leaf("vision/a"), "without its removed team's usage, vision ranks first");
+        let with = Ranking::compute_with_orphans(&t, &charged, &[(vision, 5000)], 8, 0);
+        assert_eq!(with.leaves_in_order[0], leaf("nlp"), "the removed team's usage keeps vision below nlp");
+        assert_eq!(with.standings[vision as usize].usage, 5000);
     }
 }

@@ -11,7 +11,8 @@ use rusqlite::{params, OptionalExtension};
 
 use crate::{Ledger, Result};
 
-/// One leaf's usage in the window.
+/// One leaf's usage in the window (or an inner node's: what leaves removed
+/// within the window used, see [`UsageSnapshot::orphans_for`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LeafUsage {
     pub leaf: String,
@@ -60,8 +61,18 @@ impl UsageSnapshot {
 
     /// The fair-share ranking of `tree` under this usage. Capacity: the
     /// tree's own GPU count if it gives one, else what the plugin counted.
+    /// Usage of inner nodes: rows whose path is a node of `tree` that is no
+    /// leaf (the usage of removed leaves, counted in their nearest surviving
+    /// ancestor: `allot::fairshare::Ranking::compute_with_orphans`).
+    pub fn orphans_for(&self, tree: &BudgetTree) -> Vec<(allot::budget::NodeId, i64)> {
+        self.leaves
+            .iter()
+            .filter_map(|l| tree.find(&l.leaf).filter(|&n| tree.node(n).leaf.is_none()).map(|n| (n, l.charged)))
+            .collect()
+    }
+
     pub fn ranking(&self, tree: &BudgetTree) -> Ranking {
-        Ranking::compute(tree, &self.charged_for(tree), tree.settings.gpus.unwrap_or(self.capacity_gpus), self.computed_at)
+        Ranking::compute_with_orphans(tree, &self.charged_for(tree), &self.orphans_for(tree), tree.settings.gpus.unwrap_or(self.capacity_gpus), self.computed_at)
     }
 }
 

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use allot::budget::{BudgetTree, LeafId};
+use allot::budget::{BudgetTree, LeafId, NodeId};
 use allot::occupancy::Interval;
 use allot_ledger::{RunRow, RunUpdate};
 
@@ -63,11 +63,29 @@ pub struct Ended {
 struct Run {
     row: RunRow,
     leaf: Option<LeafId>,
+    /// For a run of a leaf removed with its accounts: the inner node its
+    /// usage counts in (`BudgetTree::charged_node_of_run`).
+    orphan_of: Option<NodeId>,
 }
 
 impl Run {
+    fn new(row: RunRow, tree: &BudgetTree) -> Run {
+        let mut run = Run { row, leaf: None, orphan_of: None };
+        run.place(tree);
+        run
+    }
+    /// Finds the run's leaf (or inner node) in `tree`.
+    fn place(&mut self, tree: &BudgetTree) {
+        let (path, account) = (self.row.leaf.as_deref(), self.row.account.as_deref());
+        self.leaf = tree.charged_leaf_of_run(path, account);
+        self.orphan_of = if self.leaf.is_none() { tree.charged_node_of_run(path, account) } else { None };
+    }
     fn interval(&self) -> Option<Interval> {
         Some(self.row.interval(self.leaf?))
+    }
+    /// The interval of an orphaned run, its `leaf` field holding the node.
+    fn orphan_interval(&self) -> Option<Interval> {
+        Some(self.row.interval(self.orphan_of?))
     }
 }
 
@@ -97,11 +115,6 @@ pub struct RunBook {
     unwritten: Vec<RunUpdate>,
 }
 
-/// The leaf a run is charged to: the one it was recorded under, else its
-/// account's (`BudgetTree::charged_leaf_of_run`).
-fn leaf_in(tree: &BudgetTree, path: Option<&str>, account: Option<&str>) -> Option<LeafId> {
-    tree.charged_leaf_of_run(path, account)
-}
 
 impl RunBook {
     /// Starts from the ledger's runs that overlap the window.
@@ -116,13 +129,12 @@ impl RunBook {
     pub fn merge_ledger(&mut self, rows: Vec<RunRow>, tree: &BudgetTree) {
         let mut known: std::collections::HashSet<(u32, i64)> = self.closed.iter().map(|r| (r.row.job_id, r.row.run_start)).collect();
         for row in rows {
-            let leaf = leaf_in(tree, row.leaf.as_deref(), row.account.as_deref());
             let key = (row.job_id, row.run_start);
             match row.run_end {
                 None => {
                     if !self.open.contains_key(&key) && !self.open_by_job.contains_key(&row.job_id) {
                         self.open_by_job.insert(row.job_id, row.run_start);
-                        self.open.insert(key, Run { row, leaf });
+                        self.open.insert(key, Run::new(row, tree));
                     }
                 }
                 Some(end) => {
@@ -131,7 +143,7 @@ impl RunBook {
                     }
                     let last = self.last_end.entry(row.job_id).or_insert(end);
                     *last = (*last).max(end);
-                    self.closed.push(Run { row, leaf });
+                    self.closed.push(Run::new(row, tree));
                 }
             }
         }
@@ -142,7 +154,7 @@ impl RunBook {
     /// if any).
     pub fn remap(&mut self, tree: &BudgetTree) {
         for run in self.open.values_mut().chain(self.closed.iter_mut()) {
-            run.leaf = leaf_in(tree, run.row.leaf.as_deref(), run.row.account.as_deref());
+            run.place(tree);
         }
     }
 
@@ -177,7 +189,6 @@ impl RunBook {
             }
             _ => vec![(start, e.run_end)],
         };
-        let leaf = leaf_in(tree, e.leaf.as_deref(), e.account.as_deref());
         for (from, to) in stretches {
             let row = RunRow {
                 job_id: e.job_id,
@@ -191,7 +202,7 @@ impl RunBook {
                 end_reason: Some(if to == e.run_end { e.reason } else { "suspended" }.to_owned()),
             };
             self.unwritten.push(RunUpdate::Open(row.clone()));
-            self.close(Run { row, leaf });
+            self.close(Run::new(row, tree));
         }
     }
 
@@ -235,7 +246,7 @@ impl RunBook {
             };
             self.unwritten.push(RunUpdate::Open(row.clone()));
             self.open_by_job.insert(o.job_id, o.run_start);
-            self.open.insert(key, Run { row, leaf: leaf_in(tree, o.leaf.as_deref(), o.account.as_deref()) });
+            self.open.insert(key, Run::new(row, tree));
         }
         let stopped: Vec<(u32, i64)> = self.open.keys().filter(|k| !still.contains_key(k)).copied().collect();
         for (job_id, start) in stopped {
@@ -273,6 +284,12 @@ impl RunBook {
     /// Every run as a policy interval (runs outside the tree are skipped).
     pub fn intervals(&self) -> impl Iterator<Item = Interval> + '_ {
         self.open.values().chain(self.closed.iter()).filter_map(Run::interval)
+    }
+
+    /// The runs of leaves removed with their accounts, as intervals whose
+    /// `leaf` is the inner node their usage counts in.
+    pub fn orphan_intervals(&self) -> impl Iterator<Item = Interval> + '_ {
+        self.open.values().chain(self.closed.iter()).filter_map(Run::orphan_interval)
     }
 
     pub fn open_runs(&self) -> usize {

@@ -170,6 +170,8 @@ struct Recomputed {
     changed: usize,
     ranking: Ranking,
     usage: allot::occupancy::Usage,
+    /// Usage of inner nodes (leaves removed with their accounts).
+    orphans: Vec<(allot::budget::NodeId, i64)>,
     capacity: u32,
     map: PriorityMap,
 }
@@ -387,7 +389,7 @@ impl Worker {
         let mut snapshot = None;
         let order = self.order.clone();
         ctld.locked(|locked| {
-            let Recomputed { changed: c, ranking, usage, capacity, map } = self.recompute(locked, &tree, rules, now);
+            let Recomputed { changed: c, ranking, usage, orphans, capacity, map } = self.recompute(locked, &tree, rules, now);
             changed = c;
             snapshot = Some(UsageSnapshot {
                 computed_at: now,
@@ -398,6 +400,8 @@ impl Worker {
                     .iter()
                     .enumerate()
                     .map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: usage.charged[i], unallocated: usage.unallocated[i] })
+                    // Inner nodes' rows: the usage of leaves removed with their accounts.
+                    .chain(orphans.iter().map(|&(n, used)| LeafUsage { leaf: tree.node(n).path.clone(), charged: used, unallocated: 0 }))
                     .collect(),
             });
             // Swap in the new order while still holding slurmctld's job lock,
@@ -601,7 +605,17 @@ impl Worker {
             }
             _ => usage_in_window(intervals.iter(), tree.leaves.len(), now, tree.settings.lookback),
         };
-        let ranking = Ranking::compute(tree, &usage.charged, capacity, now);
+        // Leaves removed with their accounts within the window: their usage
+        // counts in the nearest node still in the tree.
+        let orphan_intervals: Vec<_> = book.orphan_intervals().collect();
+        let orphans: Vec<(allot::budget::NodeId, i64)> = usage_in_window(orphan_intervals.iter(), tree.nodes.len(), now, tree.settings.lookback)
+            .charged
+            .into_iter()
+            .enumerate()
+            .filter(|&(_, used)| used > 0)
+            .map(|(node, used)| (node as allot::budget::NodeId, used))
+            .collect();
+        let ranking = Ranking::compute_with_orphans(tree, &usage.charged, &orphans, capacity, now);
 
         // The order, as priorities.
         let (map, priorities) = PriorityMap::build(&ranking, &pending);
@@ -644,7 +658,7 @@ impl Worker {
             changed
         );
         self.note_demand(tree, &demand, now);
-        Recomputed { changed, ranking, usage, capacity, map }
+        Recomputed { changed, ranking, usage, orphans, capacity, map }
     }
 
     /// Queues a demand row for every leaf whose demand changed, and a zero

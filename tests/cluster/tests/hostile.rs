@@ -776,4 +776,13 @@ fn h12_budget_edits_move_usage_never_drop_it() {
     assert!(report.status.success(), "{}", text(&report));
     let text_report = c.allot(&["report"]);
     assert!(!text(&text_report).contains("outside the current budget tree"), "usage fell outside the tree:\n{}", text(&text_report));
+
+    // 5. A leaf removed with its account: its usage stays in its parent's
+    //    (lab's), so lab does not rise over its sibling `other`.
+    let moved = usage("lab/teamb2").unwrap();
+    budget(&["remove", "lab/teamb2"]);
+    let history = c.allot(&["history", "-n", "1"]);
+    assert!(text(&history).contains("= account teamb: no leaf has it now and lab/teamb2 is gone: its usage in the window counts in lab's"), "{}", text(&history));
+    wake_recompute(&c);
+    c.wait_for("lab keeps the removed leaf's usage", secs(20), || usage("lab").is_some_and(|g| g >= moved));
 }
