@@ -428,21 +428,26 @@ mod tests {
         assert_eq!(demand("a", 0, 2, 3).total(), 6);
     }
 
-    #[test]
-    fn contracts_keep_their_gpus_and_last_end() {
-        let mut l = Ledger::in_memory().unwrap();
-        let c = ContractRow {
-            job_id: 7,
+    /// A contract of leaf `a` with a one-minute minimum runtime.
+    fn contract(job_id: u32, submit_time: i64, gpus: u32) -> ContractRow {
+        ContractRow {
+            job_id,
             user: "u".into(),
             account: Some("a".into()),
             leaf: Some("a".into()),
             min_runtime: 60,
             priority: "normal".into(),
             resumable: true,
-            submit_time: 1000,
+            submit_time,
             comment: "min_runtime=1m".into(),
-            gpus: Some(4),
-        };
+            gpus: Some(gpus),
+        }
+    }
+
+    #[test]
+    fn contracts_keep_their_gpus_and_last_end() {
+        let mut l = Ledger::in_memory().unwrap();
+        let c = contract(7, 1000, 4);
         l.record_period(&Period { contracts: vec![c.clone()], ..Default::default() }).unwrap();
         assert_eq!(l.contracts_submitted(0, 2000).unwrap(), vec![(c.clone(), None)]);
         l.record_period(&Period { job_ends: vec![JobEnd { job_id: 7, at: 1500 }], ..Default::default() }).unwrap();
@@ -456,18 +461,7 @@ mod tests {
     #[test]
     fn a_requeued_job_keeps_its_first_submit_time_and_a_reused_id_gets_its_own() {
         let mut l = Ledger::in_memory().unwrap();
-        let c = |submit_time| ContractRow {
-            job_id: 9,
-            user: "u".into(),
-            account: Some("a".into()),
-            leaf: Some("a".into()),
-            min_runtime: 60,
-            priority: "normal".into(),
-            resumable: true,
-            submit_time,
-            comment: "min_runtime=1m".into(),
-            gpus: Some(1),
-        };
+        let c = |submit_time| contract(9, submit_time, 1);
         let submit = |l: &Ledger| l.contracts_submitted(0, 10_000).unwrap()[0].0.submit_time;
         l.record_period(&Period { contracts: vec![c(1000)], ..Default::default() }).unwrap();
         // Preempted and requeued: Slurm says it was submitted at 1400 (and a
