@@ -169,23 +169,23 @@ impl Ledger {
         })
     }
 
-    /// The trees of the versions before `current` that were in force at
-    /// some time since `since` (newest first; versions that no longer parse
-    /// are left out), for [`BudgetTree::with_account_history`]: an account an
-    /// edit took from a leaf keeps charging it through the lookback window.
-    pub fn earlier_trees_since(&self, current: i64, since: i64) -> Result<Vec<BudgetTree>> {
-        let mut out = Vec::new();
-        for v in self.budget_history()?.into_iter().filter(|v| v.version < current) {
-            let in_window = v.synced_at >= since;
-            if let Ok(tree) = v.tree() {
-                out.push(tree);
-            }
-            // The newest version synced before the window was in force at its start.
-            if !in_window {
-                break;
-            }
-        }
-        Ok(out)
+    /// The versions before `current` that were in force at some time since
+    /// `since`, newest first, for [`BudgetTree::with_account_history`]: an
+    /// account an edit took from a leaf keeps charging it through the
+    /// lookback window.
+    pub fn earlier_versions_since(&self, current: i64, since: i64) -> Result<Vec<BudgetVersion>> {
+        self.read(|c| {
+            // Those synced in the window, and the newest one before it (in
+            // force at the window's start).
+            let mut stmt = c.prepare(
+                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions
+                 WHERE version < ?1 AND (synced_at >= ?2
+                     OR version = (SELECT MAX(version) FROM budget_versions WHERE version < ?1 AND synced_at < ?2))
+                 ORDER BY version DESC",
+            )?;
+            let rows = stmt.query_map(params![current, since], row_to_version)?;
+            rows.collect()
+        })
     }
 
     /// Node rows of one version, in path order. For reports in SQL's terms
@@ -228,6 +228,23 @@ fn row_to_version(r: &rusqlite::Row<'_>) -> rusqlite::Result<BudgetVersion> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_versions_in_force_through_a_window() {
+        let mut l = Ledger::in_memory().unwrap();
+        let tree = BudgetTree::parse(V1).unwrap();
+        for (i, at) in [100, 200, 300, 400].into_iter().enumerate() {
+            let toml = format!("{V1}# version {}\n", i + 1);
+            l.sync_budget(&toml, &tree, "boss", "t", at).unwrap();
+        }
+        let versions = |current, since| l.earlier_versions_since(current, since).unwrap().iter().map(|v| v.version).collect::<Vec<_>>();
+        // Version 4 is current; the window starts at 250: version 3 was
+        // synced in it, version 2 was in force at its start.
+        assert_eq!(versions(4, 250), vec![3, 2]);
+        assert_eq!(versions(4, 0), vec![3, 2, 1]);
+        assert_eq!(versions(4, 1000), vec![3], "none synced in the window: the one in force");
+        assert_eq!(versions(1, 0), Vec::<i64>::new());
+    }
 
     const V1: &str = "[budget]\nowners=[\"boss\"]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
 

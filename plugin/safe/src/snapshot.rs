@@ -331,7 +331,7 @@ impl Follower {
         let tree = stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?;
         // Accounts that edits within the window took from a leaf keep charging it.
         let since = crate::now() - tree.settings.lookback;
-        let earlier = ledger.earlier_trees_since(stored.version, since).map_err(|e| e.to_string())?;
+        let earlier: Vec<BudgetTree> = ledger.earlier_versions_since(stored.version, since).map_err(|e| e.to_string())?.iter().filter_map(|v| v.tree().ok()).collect();
         let tree = Arc::new(tree.with_account_history(&earlier));
         self.tree = Some(((generation, stored.version), tree.clone(), Arc::from(stored.toml.as_str())));
         Ok((generation, stored.version, tree))
