@@ -128,8 +128,25 @@ measure() { # plugins -> prints "submissions_per_s submit_rpc_us main_mean_us ma
 
 printf 'bench: Slurm %s; %d rounds; %d timed submissions, then %d pending, %d s quiet\n' "$(release_field "$release" version)" "$rounds" "$SUBMISSIONS" "$PENDING" "$QUIET"
 results=$(mktemp)
+# Every sbatch opens TCP connections whose TIME_WAIT lingers a minute: the
+# thousands a round leaves behind slow the next round's connections (seen
+# here: each round 20-40% slower than the one before). So each measurement
+# starts once they have drained, and the order alternates (stock first in
+# odd rounds, allot first in even ones), so that what drift is left falls
+# on both alike.
+settle() {
+    local waited=0
+    command -v ss >/dev/null || { sleep 60; return; } # ss: iproute2
+    while (($(ss -tan state time-wait | wc -l) > 500 && waited < 120)); do
+        sleep 5
+        waited=$((waited + 5))
+    done
+}
 for ((r = 1; r <= rounds; r++)); do
-    for plugins in stock allot; do
+    order="stock allot"
+    ((r % 2 == 0)) && order="allot stock"
+    for plugins in $order; do
+        settle
         line=$(measure "$plugins")
         printf 'bench: round %d %-5s  %s\n' "$r" "$plugins" "$line"
         echo "$plugins $line" >>"$results"
