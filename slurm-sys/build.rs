@@ -514,7 +514,7 @@ fn generate_bindings(tree: &Tree, wrapper: &Path, clang_args: &[String]) -> (Str
         .allowlist_function("running_in_slurmctld|run_in_daemon")
         .allowlist_var("IS_SLURMCTLD")
         .allowlist_function("job_signal|job_requeue|queue_job_scheduler|find_job_record")
-        .allowlist_function("slurm_strerror|slurm_bit_test|slurm_destroy_priority_factors_object|slurm_destroy_priority_factors")
+        .allowlist_function("slurm_strerror|slurm_bit_test|slurm_bit_ffs|slurm_bit_fls|slurm_destroy_priority_factors_object|slurm_destroy_priority_factors")
         // --- variables and macros ------------------------------------------
         .allowlist_var("job_list|part_list|last_job_update|node_record_table_ptr|node_record_count")
         .allowlist_var("slurm_conf")

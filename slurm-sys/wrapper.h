@@ -61,3 +61,6 @@ extern char *slurm_xstrdup(const char *str);
 
 /* bit_test() is spelled slurm_bit_test in libslurmfull (slurm_xlator.h). */
 extern int slurm_bit_test(bitstr_t *b, bitoff_t bit);
+/* bit_ffs() and bit_fls(), likewise: a job's first and last node. */
+extern bitoff_t slurm_bit_ffs(bitstr_t *b);
+extern bitoff_t slurm_bit_fls(bitstr_t *b);

@@ -321,15 +321,17 @@ impl Slurmctld {
     /// which hold slurmctld's job and node locks.
     pub fn nodes_held_by(&self, job: &Job<'_>) -> allot::charge::Nodes {
         let mut sum = allot::charge::Nodes::default();
-        // SAFETY: as in `nodes`: a node lock is held by every caller (a job
-        // callback or a locked walk); NULL entries are removed nodes.
+        // Only between the job's first and last node: victim_prio calls this
+        // for every preemption candidate, and the walk for every running job.
+        let Some(range) = job.node_index_range() else { return sum };
+        // SAFETY: a node lock is held by every caller (a job callback or a locked walk); the table has node_count entries, NULL for removed nodes.
         unsafe {
             let table = *self.node_table;
             let count = (*self.node_count).max(0) as usize;
             if table.is_null() {
                 return sum;
             }
-            for index in (0..count).filter(|&i| job.holds_node(i)) {
+            for index in range.filter(|&i| i < count && job.holds_node(i)) {
                 let Some(node) = (*table.add(index)).as_ref() else { continue };
                 sum.gpus += borrowed_str(node.gres).map_or(0, gpus_in_gres);
                 sum.cpus += if node.cpus_efctv > 0 { node.cpus_efctv } else { node.cpus } as u64;

@@ -214,8 +214,7 @@ impl<'a> Job<'a> {
         if counts.is_null() {
             return (0, 0);
         }
-        // SAFETY: tres_alloc_cnt is NULL or an array of the cluster's TRES
-        // counts (at least TRES_ARRAY_TOTAL_CNT entries), owned by the job record.
+        // SAFETY: tres_alloc_cnt is non-NULL here, an array of at least TRES_ARRAY_TOTAL_CNT counts owned by the job record.
         unsafe { (*counts.add(sys::TRES_ARRAY_CPU as usize), *counts.add(sys::TRES_ARRAY_MEM as usize)) }
     }
 
@@ -311,6 +310,18 @@ impl<'a> Job<'a> {
     pub(crate) fn partition_name_raw(&self) -> *mut std::os::raw::c_char {
         // SAFETY: part_ptr is NULL or the job's partition record, which lives at least as long as the job record.
         unsafe { self.raw.part_ptr.as_ref() }.map_or(std::ptr::null_mut(), |p| p.name)
+    }
+
+    /// The first and last node index the job holds (None: it holds none),
+    /// so that a walk over its nodes need not test every node of the table.
+    pub fn node_index_range(&self) -> Option<std::ops::RangeInclusive<usize>> {
+        let bitmap = self.raw.node_bitmap;
+        if bitmap.is_null() {
+            return None;
+        }
+        // SAFETY: node_bitmap is the job's non-NULL bitstring, valid while the record is (job lock held).
+        let (first, last) = unsafe { (sys::slurm_bit_ffs(bitmap), sys::slurm_bit_fls(bitmap)) };
+        (first >= 0 && last >= first).then(|| first as usize..=last as usize)
     }
 
     /// Whether the job holds node number `index` (of slurmctld's node table).
