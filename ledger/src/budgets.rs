@@ -1,7 +1,7 @@
 //! Budget versions: append-only history of every synced budget file.
 
 use allot::budget::BudgetTree;
-use rusqlite::{params, OptionalExtension};
+use crate::db::{params, Conn, DbError, DbResult, Row};
 
 use crate::{Ledger, Result};
 
@@ -71,102 +71,62 @@ impl Ledger {
         now: i64,
         authorize: impl FnOnce(Option<Replaced<'_>>) -> std::result::Result<(), String>,
     ) -> Result<SyncOutcome> {
-        let path = self.path.clone();
-        let err = |source| crate::LedgerError::Sqlite { path: path.clone(), source };
-        // Dropped without commit on any early return: rolled back.
-        let tx = self.conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate).map_err(err)?;
-        let current: Option<(i64, String)> = tx
-            .query_row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()
-            .map_err(err)?;
-        if let Some((version, text)) = &current {
-            if text == toml {
-                return Ok(SyncOutcome::Unchanged { version: *version });
-            }
-        }
-        let old = current.as_ref().map(|(version, text)| (*version, BudgetTree::parse(text)));
-        authorize(old.as_ref().map(|(version, tree)| Replaced { version: *version, tree: tree.as_ref() })).map_err(crate::LedgerError::Refused)?;
-        let changes: Vec<String> = match &old {
-            None => tree.nodes.iter().skip(1).map(|n| format!("+ {}", n.path)).collect(),
-            Some((_, Ok(old))) => {
-                let diff: Vec<String> = tree.diff(old).iter().map(|c| c.to_string()).collect();
-                if diff.is_empty() {
-                    vec!["(comments or layout only)".to_owned()]
-                } else {
-                    diff
+        self.write(|c| {
+            let current: Option<(i64, String)> =
+                c.row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", &[])?.map(|r| Ok::<_, DbError>((r.get(0)?, r.get(1)?))).transpose()?;
+            if let Some((version, text)) = &current {
+                if text == toml {
+                    return Ok(SyncOutcome::Unchanged { version: *version });
                 }
             }
-            Some((_, Err(_))) => vec!["(previous version unreadable; whole tree replaced)".to_owned()],
-        };
-        let version = current.map_or(1, |(v, _)| v + 1);
-        tx.execute(
-            "INSERT INTO budget_versions (version, synced_at, author, source, toml, changes) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![version, now, author, source, toml, changes.join("\n")],
-        )
-        .map_err(err)?;
-        {
-            let mut insert = tx
-                .prepare(
-                    "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                )
-                .map_err(err)?;
+            let old = current.as_ref().map(|(version, text)| (*version, BudgetTree::parse(text)));
+            authorize(old.as_ref().map(|(version, tree)| Replaced { version: *version, tree: tree.as_ref() })).map_err(DbError::Refused)?;
+            let changes: Vec<String> = match &old {
+                None => tree.nodes.iter().skip(1).map(|n| format!("+ {}", n.path)).collect(),
+                Some((_, Ok(old))) => {
+                    let diff: Vec<String> = tree.diff(old).iter().map(|c| c.to_string()).collect();
+                    if diff.is_empty() {
+                        vec!["(comments or layout only)".to_owned()]
+                    } else {
+                        diff
+                    }
+                }
+                Some((_, Err(_))) => vec!["(previous version unreadable; whole tree replaced)".to_owned()],
+            };
+            let version = current.map_or(1, |(v, _)| v + 1);
+            c.exec(
+                "INSERT INTO budget_versions (version, synced_at, author, source, toml, changes) VALUES (?, ?, ?, ?, ?, ?)",
+                params![version, now, author, source, toml, changes.join("\n")],
+            )?;
             for node in &tree.nodes {
-                insert
-                    .execute(params![
-                        version,
-                        node.path,
-                        node.share,
-                        node.effective_share,
-                        node.is_leaf(),
-                        join(&node.owners),
-                        join(&node.accounts),
-                        join(&node.members)
-                    ])
-                    .map_err(err)?;
+                c.exec(
+                    "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    params![version, &node.path, node.share, node.effective_share, node.is_leaf(), join(&node.owners), join(&node.accounts), join(&node.members)],
+                )?;
             }
-        }
-        tx.commit().map_err(err)?;
-        Ok(SyncOutcome::Written { version, changes })
+            Ok(SyncOutcome::Written { version, changes })
+        })
     }
 
     /// The newest budget version, if any was ever synced.
     pub fn current_budget(&self) -> Result<Option<BudgetVersion>> {
-        self.read(|c| {
-            c.query_row(
-                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC LIMIT 1",
-                [],
-                row_to_version,
-            )
-            .optional()
-        })
+        self.read(|c| c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?.as_ref().map(row_to_version).transpose())
     }
 
     /// The newest version number, cheaply: lets a reader skip re-reading an
     /// unchanged budget.
     pub fn current_budget_version(&self) -> Result<Option<i64>> {
-        self.read(|c| c.query_row("SELECT max(version) FROM budget_versions", [], |r| r.get(0)))
+        self.read(|c| c.row("SELECT max(version) FROM budget_versions", &[])?.map(|r| r.get(0)).transpose().map(Option::flatten))
     }
 
     /// One version by number.
     pub fn budget_version(&self, version: i64) -> Result<Option<BudgetVersion>> {
-        self.read(|c| {
-            c.query_row(
-                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions WHERE version = ?1",
-                [version],
-                row_to_version,
-            )
-            .optional()
-        })
+        self.read(|c| c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions WHERE version = ?"), params![version])?.as_ref().map(row_to_version).transpose())
     }
 
     /// Every version, newest first.
     pub fn budget_history(&self) -> Result<Vec<BudgetVersion>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC")?;
-            let rows = stmt.query_map([], row_to_version)?;
-            rows.collect()
-        })
+        self.read(|c| c.rows(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC"), &[])?.iter().map(row_to_version).collect())
     }
 
     /// The versions before `current` that were in force at some time since
@@ -177,51 +137,52 @@ impl Ledger {
         self.read(|c| {
             // Those synced in the window, and the newest one before it (in
             // force at the window's start).
-            let mut stmt = c.prepare(
-                "SELECT version, synced_at, author, source, toml, changes FROM budget_versions
-                 WHERE version < ?1 AND (synced_at >= ?2
-                     OR version = (SELECT MAX(version) FROM budget_versions WHERE version < ?1 AND synced_at < ?2))
-                 ORDER BY version DESC",
-            )?;
-            let rows = stmt.query_map(params![current, since], row_to_version)?;
-            rows.collect()
+            c.rows(
+                &format!(
+                    "SELECT {VERSION_COLUMNS} FROM budget_versions
+                     WHERE version < ? AND (synced_at >= ?
+                         OR version = (SELECT MAX(version) FROM budget_versions WHERE version < ? AND synced_at < ?))
+                     ORDER BY version DESC"
+                ),
+                params![current, since, current, since],
+            )?
+            .iter()
+            .map(row_to_version)
+            .collect()
         })
     }
 
     /// Node rows of one version, in path order. For reports in SQL's terms
     /// and for consistency checks.
     pub fn budget_nodes(&self, version: i64) -> Result<Vec<NodeRow>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ?1 ORDER BY path")?;
-            let rows = stmt.query_map([version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?;
-            rows.collect()
-        })
+        self.read(|c| nodes_of(c, version))
     }
 
     /// The newest version and its node rows, read as one snapshot.
     pub fn current_budget_with_nodes(&self) -> Result<Option<(BudgetVersion, Vec<NodeRow>)>> {
         self.read(|c| {
-            let Some(v) = c
-                .query_row(
-                    "SELECT version, synced_at, author, source, toml, changes FROM budget_versions ORDER BY version DESC LIMIT 1",
-                    [],
-                    row_to_version,
-                )
-                .optional()?
-            else {
+            let Some(v) = c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?.as_ref().map(row_to_version).transpose()? else {
                 return Ok(None);
             };
-            let mut stmt = c.prepare("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ?1 ORDER BY path")?;
-            let nodes = stmt.query_map([v.version], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
+            let nodes = nodes_of(c, v.version)?;
             Ok(Some((v, nodes)))
         })
     }
 }
 
+fn nodes_of(c: &Conn, version: i64) -> DbResult<Vec<NodeRow>> {
+    c.rows("SELECT path, share, effective_share, is_leaf FROM budget_nodes WHERE version = ? ORDER BY path", params![version])?
+        .iter()
+        .map(|r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .collect()
+}
+
+const VERSION_COLUMNS: &str = "version, synced_at, author, source, toml, changes";
+
 /// One node of a budget version: (path, share, effective share, is_leaf).
 pub type NodeRow = (String, f64, f64, bool);
 
-fn row_to_version(r: &rusqlite::Row<'_>) -> rusqlite::Result<BudgetVersion> {
+fn row_to_version(r: &Row) -> DbResult<BudgetVersion> {
     Ok(BudgetVersion { version: r.get(0)?, synced_at: r.get(1)?, author: r.get(2)?, source: r.get(3)?, toml: r.get(4)?, changes: r.get(5)? })
 }
 
@@ -264,9 +225,9 @@ mod tests {
         assert_eq!(nodes.len(), 3);
         assert!((nodes.iter().find(|n| n.0 == "b").unwrap().2 - 0.75).abs() < 1e-12);
         // History cannot be rewritten, even with SQL.
-        let e = l.conn.execute("UPDATE budget_versions SET author = 'mallory'", []).unwrap_err();
+        let e = l.execute_raw("UPDATE budget_versions SET author = 'mallory'").unwrap_err();
         assert!(e.to_string().contains("append-only"), "{e}");
-        assert!(l.conn.execute("DELETE FROM budget_nodes", []).is_err());
+        assert!(l.execute_raw("DELETE FROM budget_nodes").is_err());
     }
 
     #[test]

@@ -149,7 +149,7 @@ pub fn classify(err: &LedgerError) -> Option<Problem> {
     match err {
         LedgerError::Missing { .. } => Some(Problem::Missing),
         LedgerError::Sqlite { source, .. } => classify_sqlite(source),
-        LedgerError::Migration { source: rusqlite_migration::Error::RusqliteError { err, .. }, .. } => classify_sqlite(err),
+        LedgerError::Migration { source: crate::MigrationError::Sqlite(rusqlite_migration::Error::RusqliteError { err, .. }), .. } => classify_sqlite(err),
         LedgerError::SchemaMismatch { found, expected, .. } => Some(Problem::Schema(format!("schema version {found}, this allot expects {expected}"))),
         _ => None,
     }

@@ -19,13 +19,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags, TransactionBehavior};
+use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{Migrations, M};
 
 mod budgets;
+mod db;
 pub mod health;
+mod location;
 mod runs;
 mod snapshot;
+
+use db::{params, Conn, Dialect};
+pub use db::DbError;
+use db::DbResult;
+pub use location::{Location, ServerLocation};
 
 pub use budgets::{BudgetVersion, Replaced, SyncOutcome};
 pub use runs::{ContractRow, DemandRow, EventRow, JobEnd, Period, RunRow, RunUpdate};
@@ -40,12 +47,24 @@ pub enum LedgerError {
         #[source]
         source: rusqlite::Error,
     },
+    #[error("ledger {path}: {source}")]
+    Server {
+        path: String,
+        #[source]
+        source: mysql::Error,
+    },
     #[error("ledger {path}: cannot migrate the schema: {source}")]
     Migration {
         path: String,
         #[source]
-        source: rusqlite_migration::Error,
+        source: MigrationError,
     },
+    /// A value the ledger did not write (edited by hand?).
+    #[error("ledger {path}: unexpected value in {problem}")]
+    Decode { path: String, problem: String },
+    /// A ledger location or its password file that cannot be used.
+    #[error("{0}")]
+    Config(String),
     #[error("ledger {path}: schema version {found} but this allot expects {expected}; run `allot sync` (as the ledger's owner) to migrate it")]
     SchemaMismatch { path: String, found: usize, expected: usize },
     #[error("ledger {path} does not exist; sync a budget first (`allot sync budgets.toml`)")]
@@ -55,6 +74,31 @@ pub enum LedgerError {
     /// A budget sync refused by its permission check; nothing was written.
     #[error("{0}")]
     Refused(String),
+}
+
+/// A schema migration that failed, on either engine.
+#[derive(Debug, thiserror::Error)]
+pub enum MigrationError {
+    #[error(transparent)]
+    Sqlite(rusqlite_migration::Error),
+    #[error("migration {version}: {source}")]
+    Server {
+        version: usize,
+        #[source]
+        source: mysql::Error,
+    },
+}
+
+impl LedgerError {
+    fn from_db(path: &str, e: DbError) -> LedgerError {
+        let path = path.to_owned();
+        match e {
+            DbError::Sqlite(source) => LedgerError::Sqlite { path, source },
+            DbError::Server(source) => LedgerError::Server { path, source },
+            DbError::Decode { column, problem } => LedgerError::Decode { path, problem: format!("column {column}: {problem}") },
+            DbError::Refused(why) => LedgerError::Refused(why),
+        }
+    }
 }
 
 pub type Result<T> = std::result::Result<T, LedgerError>;
@@ -182,13 +226,118 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// The same schema on a MariaDB/MySQL server, migration for migration:
+/// schema version N means the same tables on both engines. Each migration
+/// is a list of statements (the server runs one per call). Text compares
+/// byte for byte (`utf8mb4_bin`), as in SQLite: `Alice` is not `alice`.
+const SERVER_MIGRATIONS: &[&[&str]] = &[
+    &[
+        "CREATE TABLE budget_versions (
+            version    BIGINT       NOT NULL PRIMARY KEY,
+            synced_at  BIGINT       NOT NULL,
+            author     VARCHAR(255) NOT NULL,
+            source     TEXT         NOT NULL,
+            toml       LONGTEXT     NOT NULL,
+            changes    LONGTEXT     NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE budget_nodes (
+            version         BIGINT       NOT NULL,
+            path            VARCHAR(700) NOT NULL,
+            share           DOUBLE       NOT NULL,
+            effective_share DOUBLE       NOT NULL,
+            is_leaf         TINYINT      NOT NULL,
+            owners          TEXT         NOT NULL,
+            accounts        TEXT         NOT NULL,
+            members         TEXT         NOT NULL,
+            PRIMARY KEY (version, path),
+            FOREIGN KEY (version) REFERENCES budget_versions(version)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TRIGGER budget_versions_no_update BEFORE UPDATE ON budget_versions FOR EACH ROW
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'budget history is append-only'",
+        "CREATE TRIGGER budget_versions_no_delete BEFORE DELETE ON budget_versions FOR EACH ROW
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'budget history is append-only'",
+        "CREATE TRIGGER budget_nodes_no_update BEFORE UPDATE ON budget_nodes FOR EACH ROW
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'budget history is append-only'",
+        "CREATE TRIGGER budget_nodes_no_delete BEFORE DELETE ON budget_nodes FOR EACH ROW
+            SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'budget history is append-only'",
+        "CREATE TABLE runs (
+            job_id     BIGINT       NOT NULL,
+            run_start  BIGINT       NOT NULL,
+            run_end    BIGINT       NULL,
+            leaf       VARCHAR(700) NULL,
+            account    VARCHAR(255) NULL,
+            user       VARCHAR(255) NULL,
+            gpus       BIGINT       NOT NULL,
+            allocated  TINYINT      NOT NULL,
+            end_reason VARCHAR(255) NULL,
+            PRIMARY KEY (job_id, run_start),
+            KEY runs_by_end (run_end)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE contracts (
+            job_id      BIGINT       NOT NULL PRIMARY KEY,
+            user        VARCHAR(255) NOT NULL,
+            account     VARCHAR(255) NULL,
+            leaf        VARCHAR(700) NULL,
+            min_runtime BIGINT       NOT NULL,
+            priority    VARCHAR(255) NOT NULL,
+            resumable   TINYINT      NOT NULL,
+            submit_time BIGINT       NOT NULL,
+            comment     TEXT         NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE usage_snapshot (
+            leaf        VARCHAR(700) NOT NULL PRIMARY KEY,
+            charged     BIGINT       NOT NULL,
+            unallocated BIGINT       NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE usage_snapshot_meta (
+            id             INT    NOT NULL PRIMARY KEY CHECK (id = 1),
+            computed_at    BIGINT NOT NULL,
+            budget_version BIGINT NOT NULL,
+            capacity_gpus  BIGINT NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE TABLE events (
+            id      BIGINT      NOT NULL AUTO_INCREMENT PRIMARY KEY,
+            at      BIGINT      NOT NULL,
+            job_id  BIGINT      NOT NULL,
+            kind    VARCHAR(64) NOT NULL,
+            detail  TEXT        NOT NULL,
+            KEY events_by_job (job_id)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+    ],
+    &[
+        "CREATE TABLE ledger_identity (id VARCHAR(64) NOT NULL) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        // RANDOM_BYTES is MariaDB 10.10+ only: this works on every server.
+        "INSERT INTO ledger_identity (id) VALUES (MD5(CONCAT(UUID(), RAND(), NOW(6))))",
+    ],
+    &[
+        "ALTER TABLE contracts ADD COLUMN gpus BIGINT NULL, ADD COLUMN end_time BIGINT NULL",
+        "CREATE TABLE demand (
+            leaf                VARCHAR(700) NOT NULL,
+            at                  BIGINT       NOT NULL,
+            pending_allocated   BIGINT       NOT NULL,
+            pending_unallocated BIGINT       NOT NULL,
+            running_allocated   BIGINT       NOT NULL,
+            running_unallocated BIGINT       NOT NULL,
+            PRIMARY KEY (leaf, at)
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "CREATE INDEX contracts_by_submit ON contracts(submit_time)",
+        "CREATE INDEX contracts_waiting ON contracts(end_time, submit_time)",
+        "CREATE INDEX events_by_kind ON events(kind, at)",
+    ],
+];
+
+/// The schema version of this allot (the same on both engines).
+pub const SCHEMA_VERSION: usize = MIGRATIONS.len();
+const _: () = assert!(MIGRATIONS.len() == SERVER_MIGRATIONS.len());
+
 fn migrations() -> Migrations<'static> {
     Migrations::new(MIGRATIONS.iter().map(|sql| M::up(sql)).collect())
 }
 
 /// A connection to the ledger.
 pub struct Ledger {
-    conn: Connection,
+    conn: Conn,
+    /// Where it is, for messages (a server's URL holds no password).
     path: String,
 }
 
@@ -219,6 +368,87 @@ impl Ledger {
         Self::setup(conn, name, false)
     }
 
+    /// Opens the ledger wherever it is: [`Ledger::open`] (`writable`) or
+    /// [`Ledger::open_read_only`] for a file; for a server, connects, and
+    /// when `writable` creates or migrates the schema (else refuses a
+    /// database without this version's schema).
+    pub fn connect(location: &Location, writable: bool) -> Result<Ledger> {
+        match location {
+            Location::File(path) if writable => Ledger::open(path),
+            Location::File(path) => Ledger::open_read_only(path),
+            Location::Server(server) => Self::connect_server(server, writable),
+        }
+    }
+
+    fn connect_server(server: &ServerLocation, writable: bool) -> Result<Ledger> {
+        let path = Location::Server(server.clone()).to_string();
+        let opts = server.options(writable).map_err(LedgerError::Config)?;
+        let conn = mysql::Conn::new(opts).map_err(|source| LedgerError::Server { path: path.clone(), source })?;
+        let ledger = Ledger { conn: Conn::Server(std::cell::RefCell::new(conn)), path };
+        let found = ledger.server_schema_version()?;
+        if writable {
+            if found > SERVER_MIGRATIONS.len() {
+                return Err(LedgerError::SchemaMismatch { path: ledger.path, found, expected: SCHEMA_VERSION });
+            }
+            if found < SERVER_MIGRATIONS.len() {
+                ledger.migrate_server()?;
+            }
+        } else if found == 0 {
+            return Err(LedgerError::Missing { path: ledger.path });
+        } else if found != SCHEMA_VERSION {
+            return Err(LedgerError::SchemaMismatch { path: ledger.path, found, expected: SCHEMA_VERSION });
+        }
+        Ok(ledger)
+    }
+
+    /// The server's schema version: 0 for a database allot never wrote.
+    fn server_schema_version(&self) -> Result<usize> {
+        let exists = self
+            .conn
+            .row("SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'allot_schema_version'", &[])
+            .map_err(self.err())?
+            .map(|r| r.get::<i64>(0))
+            .transpose()
+            .map_err(self.err())?
+            .unwrap_or(0);
+        if exists == 0 {
+            return Ok(0);
+        }
+        let row = self.conn.row("SELECT version FROM allot_schema_version", &[]).map_err(self.err())?;
+        Ok(row.map(|r| r.get::<usize>(0)).transpose().map_err(self.err())?.unwrap_or(0))
+    }
+
+    /// Brings the server's schema to this version. The server commits each
+    /// schema statement on its own, so migrations run under a named lock
+    /// (two writers starting at once migrate once) and record their version
+    /// one by one: one interrupted half-way is reported, not guessed at.
+    fn migrate_server(&self) -> Result<()> {
+        let err = self.err();
+        let locked = self.conn.row("SELECT GET_LOCK(CONCAT(DATABASE(), '.allot_schema'), 30)", &[]).map_err(&err)?;
+        if locked.map(|r| r.get::<Option<i64>>(0)).transpose().map_err(&err)?.flatten() != Some(1) {
+            return Err(LedgerError::Config(format!("ledger {}: another allot has been migrating the schema for 30 s; try again", self.path)));
+        }
+        let result = (|| {
+            self.conn.exec("CREATE TABLE IF NOT EXISTS allot_schema_version (version INT NOT NULL) ENGINE=InnoDB", &[]).map_err(&err)?;
+            let found = self.server_schema_version()?;
+            if found == 0 && self.conn.row("SELECT version FROM allot_schema_version", &[]).map_err(&err)?.is_none() {
+                self.conn.exec("INSERT INTO allot_schema_version (version) VALUES (0)", &[]).map_err(&err)?;
+            }
+            for (i, statements) in SERVER_MIGRATIONS.iter().enumerate().skip(found) {
+                for sql in *statements {
+                    self.conn.exec(sql, &[]).map_err(|e| match e {
+                        DbError::Server(source) => LedgerError::Migration { path: self.path.clone(), source: MigrationError::Server { version: i + 1, source } },
+                        e => (self.err())(e),
+                    })?;
+                }
+                self.conn.exec("UPDATE allot_schema_version SET version = ?", params![(i + 1) as i64]).map_err(&err)?;
+            }
+            Ok(())
+        })();
+        let _ = self.conn.exec("DO RELEASE_LOCK(CONCAT(DATABASE(), '.allot_schema'))", &[]);
+        result
+    }
+
     /// A private in-memory ledger, for tests.
     pub fn in_memory() -> Result<Ledger> {
         let conn = Connection::open_in_memory().map_err(|source| LedgerError::Sqlite { path: ":memory:".into(), source })?;
@@ -239,23 +469,35 @@ impl Ledger {
             // a power loss may drop the last transactions.
             conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
             conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
-            migrations().to_latest(&mut conn).map_err(|source| LedgerError::Migration { path: path.clone(), source })?;
+            if let Err(source) = migrations().to_latest(&mut conn) {
+                // Two writers opening a new file at once both read version
+                // 0; the one that loses the race finds the tables made. If
+                // the other one's migration brought it to this version,
+                // there is nothing left to do.
+                let now: usize = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap_or(0);
+                if now != MIGRATIONS.len() {
+                    return Err(LedgerError::Migration { path: path.clone(), source: MigrationError::Sqlite(source) });
+                }
+            }
         } else {
             let found: usize = conn.pragma_query_value(None, "user_version", |row| row.get(0)).map_err(sql)?;
             if found != MIGRATIONS.len() {
                 return Err(LedgerError::SchemaMismatch { path, found, expected: MIGRATIONS.len() });
             }
         }
-        Ok(Ledger { conn, path })
+        Ok(Ledger { conn: Conn::Sqlite(conn), path })
     }
 
     /// Leaves the write-ahead log to others when this connection closes,
     /// instead of checkpointing it into the database file. For a long-lived
     /// writer (the priority plugin) that drops its connection when it finds
     /// the file overwritten in place: a checkpoint on close would write
-    /// ledger pages into whatever now occupies the file.
+    /// ledger pages into whatever now occupies the file. (Nothing to do on
+    /// a server.)
     pub fn no_checkpoint_on_close(&self) -> Result<()> {
-        self.conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(self.err())?;
+        if let Conn::Sqlite(c) = &self.conn {
+            c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(|source| LedgerError::Sqlite { path: self.path.clone(), source })?;
+        }
         Ok(())
     }
 
@@ -264,41 +506,97 @@ impl Ledger {
         &self.path
     }
 
-    fn err(&self) -> impl Fn(rusqlite::Error) -> LedgerError + '_ {
-        move |source| LedgerError::Sqlite { path: self.path.clone(), source }
+    /// Whether this ledger is on a database server.
+    pub fn is_server(&self) -> bool {
+        self.conn.dialect() == Dialect::MySql
     }
 
-    /// Runs `f` in one write transaction (`BEGIN IMMEDIATE`: takes the write
-    /// lock up front, so it cannot fail half-way on a lock upgrade).
-    fn write<T>(&mut self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> rusqlite::Result<T>) -> Result<T> {
-        let path = self.path.clone();
-        let err = |source| LedgerError::Sqlite { path: path.clone(), source };
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-        let out = f(&tx).map_err(err)?;
-        tx.commit().map_err(err)?;
-        Ok(out)
+    fn err(&self) -> impl Fn(DbError) -> LedgerError + '_ {
+        move |e| LedgerError::from_db(&self.path, e)
+    }
+
+    /// Runs `f` in one write transaction. SQLite: `BEGIN IMMEDIATE` takes
+    /// the write lock up front, so it cannot fail half-way on a lock
+    /// upgrade. Server: the identity row, locked first, is the same one
+    /// writer lock: writes never interleave, as on SQLite. Anything but
+    /// success rolls back.
+    fn write<T>(&mut self, f: impl FnOnce(&Conn) -> DbResult<T>) -> Result<T> {
+        let (begin, lock) = match self.conn.dialect() {
+            Dialect::Sqlite => ("BEGIN IMMEDIATE", None),
+            Dialect::MySql => ("START TRANSACTION", Some("SELECT id FROM ledger_identity FOR UPDATE")),
+        };
+        self.conn.batch(begin).map_err(self.err())?;
+        let out = lock.map_or(Ok(()), |sql| self.conn.rows(sql, &[]).map(drop)).and_then(|()| f(&self.conn));
+        match out {
+            Ok(v) => match self.conn.batch("COMMIT") {
+                Ok(()) => Ok(v),
+                Err(e) => {
+                    let _ = self.conn.batch("ROLLBACK");
+                    Err((self.err())(e))
+                }
+            },
+            Err(e) => {
+                let _ = self.conn.batch("ROLLBACK");
+                Err((self.err())(e))
+            }
+        }
     }
 
     /// Runs `f` in one read transaction: everything it reads is one snapshot.
-    fn read<T>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T> {
+    fn read<T>(&self, f: impl FnOnce(&Conn) -> DbResult<T>) -> Result<T> {
         let err = self.err();
-        self.conn.execute_batch("BEGIN DEFERRED").map_err(&err)?;
+        let begin = match self.conn.dialect() {
+            Dialect::Sqlite => "BEGIN DEFERRED",
+            Dialect::MySql => "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+        };
+        self.conn.batch(begin).map_err(&err)?;
         let out = f(&self.conn);
         // A read transaction has nothing to commit; end it either way.
-        let end = self.conn.execute_batch("COMMIT");
+        let end = self.conn.batch("COMMIT");
         let out = out.map_err(&err)?;
         end.map_err(&err)?;
         Ok(out)
     }
 
-    /// Checks the database file's integrity (`PRAGMA quick_check`).
+    /// Checks the database's integrity: SQLite's `PRAGMA quick_check`; a
+    /// server's `CHECK TABLE` of every ledger table. Returns the problems.
     pub fn check(&self) -> Result<Vec<String>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("PRAGMA quick_check")?;
-            let rows = stmt.query_map([], |r| r.get::<_, String>(0))?;
-            rows.collect::<rusqlite::Result<Vec<String>>>()
-        })
-        .map(|v| v.into_iter().filter(|s| s != "ok").collect())
+        match self.conn.dialect() {
+            Dialect::Sqlite => self
+                .read(|c| c.rows("PRAGMA quick_check", &[])?.iter().map(|r| r.get::<String>(0)).collect::<DbResult<Vec<String>>>())
+                .map(|v| v.into_iter().filter(|s| s != "ok").collect()),
+            Dialect::MySql => {
+                let rows = self
+                    .conn
+                    .rows("CHECK TABLE budget_versions, budget_nodes, runs, contracts, usage_snapshot, usage_snapshot_meta, events, ledger_identity, demand", &[])
+                    .map_err(self.err())?;
+                // Columns: Table, Op, Msg_type, Msg_text; one "status OK" per table.
+                let mut problems = Vec::new();
+                for r in rows {
+                    let (table, kind, text) = (r.get::<String>(0).map_err(self.err())?, r.get::<String>(2).map_err(self.err())?, r.get::<String>(3).map_err(self.err())?);
+                    if !(kind == "status" && text == "OK") && kind != "note" {
+                        problems.push(format!("{table}: {kind}: {text}"));
+                    }
+                }
+                Ok(problems)
+            }
+        }
+    }
+
+    /// The SQLite connection, for tests that reach past the ledger's API.
+    #[doc(hidden)]
+    pub fn sqlite_connection(&self) -> Option<&rusqlite::Connection> {
+        match &self.conn {
+            Conn::Sqlite(c) => Some(c),
+            Conn::Server(_) => None,
+        }
+    }
+
+    /// Runs one statement of the caller's, for tests that check what the
+    /// schema refuses (history rewritten by hand, ...).
+    #[doc(hidden)]
+    pub fn execute_raw(&self, sql: &str) -> std::result::Result<u64, DbError> {
+        self.conn.exec(sql, &[])
     }
 }
 
@@ -329,7 +627,7 @@ mod tests {
         drop(Ledger::open(&path).unwrap());
         let again = Ledger::open(&path).unwrap();
         assert!(again.check().unwrap().is_empty());
-        let mode: String = again.conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+        let mode: String = again.sqlite_connection().unwrap().pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");
         let ro = Ledger::open_read_only(&path).unwrap();
         assert!(ro.current_budget().unwrap().is_none());

@@ -2,8 +2,7 @@
 //! priority plugin once per period in one transaction.
 
 use allot::occupancy::Interval;
-use rusqlite::{params, OptionalExtension};
-
+use crate::db::{params, DbResult, Dialect, Row};
 use crate::snapshot::UsageSnapshot;
 use crate::{Ledger, Result};
 
@@ -99,7 +98,7 @@ pub struct Period {
 
 const CONTRACT_COLUMNS: &str = "job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus, end_time";
 
-fn row_to_contract(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ContractRow, Option<i64>)> {
+fn row_to_contract(r: &Row) -> DbResult<(ContractRow, Option<i64>)> {
     let contract = ContractRow {
         job_id: r.get(0)?,
         user: r.get(1)?,
@@ -117,7 +116,7 @@ fn row_to_contract(r: &rusqlite::Row<'_>) -> rusqlite::Result<(ContractRow, Opti
 
 const RUN_COLUMNS: &str = "job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason";
 
-fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
+fn row_to_run(r: &Row) -> DbResult<RunRow> {
     Ok(RunRow {
         job_id: r.get(0)?,
         run_start: r.get(1)?,
@@ -131,6 +130,14 @@ fn row_to_run(r: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
+fn row_to_event(r: &Row) -> DbResult<EventRow> {
+    Ok(EventRow { at: r.get(0)?, job_id: r.get(1)?, kind: r.get(2)?, detail: r.get(3)? })
+}
+
+fn collect<T>(rows: Vec<Row>, f: impl Fn(&Row) -> DbResult<T>) -> DbResult<Vec<T>> {
+    rows.iter().map(f).collect()
+}
+
 impl RunRow {
     /// This run as the policy core's interval, given the leaf's id in the
     /// current tree (`None` when the leaf is gone from the budget).
@@ -139,123 +146,128 @@ impl RunRow {
     }
 }
 
+/// Runs are keyed by (job, start), to the second. A job preempted in its
+/// first second and started again within that second has two runs with one
+/// start: the run of 0 s gives way to the real one (its row takes the real
+/// run's end), so the real run is charged. Otherwise recording a run twice
+/// changes nothing, and an ended run stays ended.
+fn open_run_sql(dialect: Dialect) -> String {
+    match dialect {
+        Dialect::Sqlite => format!(
+            "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
+                 leaf = excluded.leaf, account = excluded.account, user = excluded.user, gpus = excluded.gpus, allocated = excluded.allocated
+             WHERE runs.run_end = runs.run_start AND (excluded.run_end IS NULL OR excluded.run_end > runs.run_end)"
+        ),
+        // The server applies assignments left to right, each seeing the
+        // ones before: run_end, which the condition reads, goes last.
+        Dialect::MySql => {
+            let give_way = "run_end = run_start AND (VALUES(run_end) IS NULL OR VALUES(run_end) > run_end)";
+            let set = ["end_reason", "leaf", "account", "user", "gpus", "allocated", "run_end"]
+                .iter()
+                .map(|c| format!("{c} = IF({give_way}, VALUES({c}), {c})"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE {set}")
+        }
+    }
+}
+
+/// A job's submit time is its first submission: Slurm moves a requeued
+/// job's to the requeue, and a restarted slurmctld records every contract
+/// again. (A job id that ended and is used again is another job: its own
+/// submit time.)
+fn contract_sql(dialect: Dialect) -> &'static str {
+    match dialect {
+        Dialect::Sqlite => {
+            "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
+                 min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
+                 submit_time = CASE WHEN contracts.end_time IS NULL THEN MIN(contracts.submit_time, excluded.submit_time) ELSE excluded.submit_time END,
+                 comment = excluded.comment, gpus = excluded.gpus"
+        }
+        Dialect::MySql => {
+            "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON DUPLICATE KEY UPDATE user = VALUES(user), account = VALUES(account), leaf = VALUES(leaf),
+                 min_runtime = VALUES(min_runtime), priority = VALUES(priority), resumable = VALUES(resumable),
+                 submit_time = IF(end_time IS NULL, LEAST(submit_time, VALUES(submit_time)), VALUES(submit_time)),
+                 comment = VALUES(comment), gpus = VALUES(gpus)"
+        }
+    }
+}
+
 impl Ledger {
     /// Writes one period's runs, contracts, events and snapshot atomically.
     pub fn record_period(&mut self, period: &Period) -> Result<()> {
-        self.write(|tx| {
-            {
-                // Runs are keyed by (job, start), to the second. A job
-                // preempted in its first second and started again within
-                // that second has two runs with one start: the run of 0 s
-                // gives way to the real one (its row takes the real run's
-                // end), so the real run is charged. Otherwise recording a
-                // run twice changes nothing, and an ended run stays ended.
-                let mut open = tx.prepare_cached(&format!(
-                    "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                     ON CONFLICT(job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
-                         leaf = excluded.leaf, account = excluded.account, user = excluded.user, gpus = excluded.gpus, allocated = excluded.allocated
-                     WHERE runs.run_end = runs.run_start AND (excluded.run_end IS NULL OR excluded.run_end > runs.run_end)"
-                ))?;
-                let mut close = tx.prepare_cached(
-                    "UPDATE runs SET run_end = ?3, end_reason = ?4 WHERE job_id = ?1 AND run_start = ?2 AND (run_end IS NULL OR (run_end = run_start AND ?3 > run_end))",
-                )?;
-                for update in &period.runs {
-                    match update {
-                        RunUpdate::Open(r) => {
-                            open.execute(params![r.job_id, r.run_start, r.run_end, r.leaf, r.account, r.user, r.gpus, r.allocated, r.end_reason])?;
-                        }
-                        RunUpdate::Close { job_id, run_start, run_end, reason } => {
-                            close.execute(params![job_id, run_start, run_end, reason])?;
-                        }
+        self.write(|c| {
+            let open = open_run_sql(c.dialect());
+            let close = "UPDATE runs SET run_end = ?, end_reason = ? WHERE job_id = ? AND run_start = ? AND (run_end IS NULL OR (run_end = run_start AND ? > run_end))";
+            for update in &period.runs {
+                match update {
+                    RunUpdate::Open(r) => {
+                        c.exec(&open, params![r.job_id, r.run_start, r.run_end, &r.leaf, &r.account, &r.user, r.gpus, r.allocated, &r.end_reason])?;
+                    }
+                    RunUpdate::Close { job_id, run_start, run_end, reason } => {
+                        c.exec(close, params![*run_end, reason, *job_id, *run_start, *run_end])?;
                     }
                 }
             }
-            {
-                // A job's submit time is its first submission: Slurm moves a
-                // requeued job's to the requeue, and a restarted slurmctld
-                // records every contract again. (A job id that ended and is
-                // used again is another job: its own submit time.)
-                let mut contract = tx.prepare_cached(
-                    "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                     ON CONFLICT(job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
-                         min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
-                         submit_time = CASE WHEN contracts.end_time IS NULL THEN MIN(contracts.submit_time, excluded.submit_time) ELSE excluded.submit_time END,
-                         comment = excluded.comment, gpus = excluded.gpus",
-                )?;
-                for c in &period.contracts {
-                    contract.execute(params![c.job_id, c.user, c.account, c.leaf, c.min_runtime, c.priority, c.resumable, c.submit_time, c.comment, c.gpus])?;
-                }
-                // A requeued job may end again later: the last end is kept.
-                let mut end = tx.prepare_cached("UPDATE contracts SET end_time = ?2 WHERE job_id = ?1")?;
-                for e in &period.job_ends {
-                    end.execute(params![e.job_id, e.at])?;
-                }
+            let contract = contract_sql(c.dialect());
+            for k in &period.contracts {
+                c.exec(contract, params![k.job_id, &k.user, &k.account, &k.leaf, k.min_runtime, &k.priority, k.resumable, k.submit_time, &k.comment, k.gpus])?;
             }
-            {
-                let mut demand = tx.prepare_cached(
-                    "INSERT OR REPLACE INTO demand (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?;
-                for d in &period.demand {
-                    demand.execute(params![d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
-                }
+            // A requeued job may end again later: the last end is kept.
+            for e in &period.job_ends {
+                c.exec("UPDATE contracts SET end_time = ? WHERE job_id = ?", params![e.at, e.job_id])?;
             }
-            {
-                let mut event = tx.prepare_cached("INSERT INTO events (at, job_id, kind, detail) VALUES (?1, ?2, ?3, ?4)")?;
-                for e in &period.events {
-                    event.execute(params![e.at, e.job_id, e.kind, e.detail])?;
-                }
+            let demand = match c.dialect() {
+                Dialect::Sqlite => "INSERT OR REPLACE INTO demand",
+                Dialect::MySql => "REPLACE INTO demand",
+            };
+            let demand = format!("{demand} (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES (?, ?, ?, ?, ?, ?)");
+            for d in &period.demand {
+                c.exec(&demand, params![&d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
+            }
+            for e in &period.events {
+                c.exec("INSERT INTO events (at, job_id, kind, detail) VALUES (?, ?, ?, ?)", params![e.at, e.job_id, &e.kind, &e.detail])?;
             }
             if let Some(snapshot) = &period.snapshot {
-                snapshot.write(tx)?;
+                snapshot.write(c)?;
             }
             Ok(())
         })
     }
 
-    /// This ledger file's identity: random, made when the file was created.
+    /// This ledger's identity: random, made when it was created.
     pub fn identity(&self) -> Result<String> {
-        self.read(|c| c.query_row("SELECT id FROM ledger_identity", [], |r| r.get(0)))
+        self.read(|c| match c.row("SELECT id FROM ledger_identity", &[])? {
+            Some(r) => r.get(0),
+            None => Err(crate::DbError::Decode { column: 0, problem: "ledger_identity is empty".into() }),
+        })
     }
 
     /// Runs still open: after a restart, the runs to pick up again.
     pub fn open_runs(&self) -> Result<Vec<RunRow>> {
-        self.read(|c| {
-            let mut stmt = c.prepare(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL ORDER BY job_id, run_start"))?;
-            let rows = stmt.query_map([], row_to_run)?;
-            rows.collect()
-        })
+        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL ORDER BY job_id, run_start"), &[])?, row_to_run))
     }
 
     /// Runs that overlap `[from, ...)`: open ones and those ended after `from`.
     pub fn runs_since(&self, from: i64) -> Result<Vec<RunRow>> {
         self.read(|c| {
-            let mut stmt = c.prepare(&format!(
-                "SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL OR run_end > ?1 ORDER BY run_start, job_id"
-            ))?;
-            let rows = stmt.query_map([from], row_to_run)?;
-            rows.collect()
+            collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL OR run_end > ? ORDER BY run_start, job_id"), params![from])?, row_to_run)
         })
     }
 
     /// Every run of one job, oldest first.
     pub fn runs_of_job(&self, job_id: u32) -> Result<Vec<RunRow>> {
-        self.read(|c| {
-            let mut stmt = c.prepare(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE job_id = ?1 ORDER BY run_start"))?;
-            let rows = stmt.query_map([job_id], row_to_run)?;
-            rows.collect()
-        })
+        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE job_id = ? ORDER BY run_start"), params![job_id])?, row_to_run))
     }
 
     pub fn contract(&self, job_id: u32) -> Result<Option<ContractRow>> {
         self.read(|c| {
-            c.query_row(
-                &format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE job_id = ?1"),
-                [job_id],
-                |r| Ok(row_to_contract(r)?.0),
-            )
-            .optional()
+            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE job_id = ?"), params![job_id])?.map(|r| Ok(row_to_contract(&r)?.0)).transpose()
         })
     }
 
@@ -263,9 +275,10 @@ impl Ledger {
     /// for good (`None`: still queued or running), by submission.
     pub fn contracts_submitted(&self, from: i64, to: i64) -> Result<Vec<(ContractRow, Option<i64>)>> {
         self.read(|c| {
-            let mut stmt = c.prepare(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE submit_time >= ?1 AND submit_time < ?2 ORDER BY submit_time, job_id"))?;
-            let rows = stmt.query_map([from, to], row_to_contract)?;
-            rows.collect()
+            collect(
+                c.rows(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id"), params![from, to])?,
+                row_to_contract,
+            )
         })
     }
 
@@ -273,13 +286,15 @@ impl Ledger {
     /// later (older rows have no end), not ended, no run going on. By submission.
     pub fn waiting_contracts(&self) -> Result<Vec<ContractRow>> {
         self.read(|c| {
-            let mut stmt = c.prepare(&format!(
-                "SELECT {CONTRACT_COLUMNS} FROM contracts c WHERE end_time IS NULL AND gpus IS NOT NULL
-                 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.run_end IS NULL)
-                 ORDER BY submit_time, job_id"
-            ))?;
-            let rows = stmt.query_map([], |r| Ok(row_to_contract(r)?.0))?;
-            rows.collect()
+            let rows = c.rows(
+                &format!(
+                    "SELECT {CONTRACT_COLUMNS} FROM contracts c WHERE end_time IS NULL AND gpus IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.run_end IS NULL)
+                     ORDER BY submit_time, job_id"
+                ),
+                &[],
+            )?;
+            collect(rows, |r| Ok(row_to_contract(r)?.0))
         })
     }
 
@@ -287,12 +302,13 @@ impl Ledger {
     /// `from` (if any) and every later one, by leaf then time.
     pub fn demand_since(&self, from: i64) -> Result<Vec<DemandRow>> {
         self.read(|c| {
-            let mut stmt = c.prepare(
+            let rows = c.rows(
                 "SELECT leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated FROM demand d
-                 WHERE at >= (SELECT COALESCE(MAX(at), ?1) FROM demand e WHERE e.leaf = d.leaf AND e.at <= ?1)
+                 WHERE at >= (SELECT COALESCE(MAX(at), ?) FROM demand e WHERE e.leaf = d.leaf AND e.at <= ?)
                  ORDER BY leaf, at",
+                params![from, from],
             )?;
-            let rows = stmt.query_map([from], |r| {
+            collect(rows, |r| {
                 Ok(DemandRow {
                     leaf: r.get(0)?,
                     at: r.get(1)?,
@@ -301,41 +317,38 @@ impl Ledger {
                     running_allocated: r.get(4)?,
                     running_unallocated: r.get(5)?,
                 })
-            })?;
-            rows.collect()
+            })
         })
     }
 
     /// Events of one kind (`preempted`, ...) in `[from, to)`, oldest first.
     pub fn events_between(&self, kind: &str, from: i64, to: i64) -> Result<Vec<EventRow>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT at, job_id, kind, detail FROM events WHERE kind = ?1 AND at >= ?2 AND at < ?3 ORDER BY at, id")?;
-            let rows = stmt.query_map(params![kind, from, to], |r| Ok(EventRow { at: r.get(0)?, job_id: r.get(1)?, kind: r.get(2)?, detail: r.get(3)? }))?;
-            rows.collect()
-        })
+        self.read(|c| collect(c.rows("SELECT at, job_id, kind, detail FROM events WHERE kind = ? AND at >= ? AND at < ? ORDER BY at, id", params![kind, from, to])?, row_to_event))
     }
 
     /// Events of one job, oldest first.
     pub fn events_of_job(&self, job_id: u32) -> Result<Vec<EventRow>> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT at, job_id, kind, detail FROM events WHERE job_id = ?1 ORDER BY id")?;
-            let rows = stmt.query_map([job_id], |r| Ok(EventRow { at: r.get(0)?, job_id: r.get(1)?, kind: r.get(2)?, detail: r.get(3)? }))?;
-            rows.collect()
-        })
+        self.read(|c| collect(c.rows("SELECT at, job_id, kind, detail FROM events WHERE job_id = ? ORDER BY id", params![job_id])?, row_to_event))
     }
 
     /// Charged (allocated) GPU-seconds per leaf path over `[from, to]`, from
     /// the runs; unallocated runs are excluded by definition.
     pub fn charged_by_leaf(&self, from: i64, to: i64) -> Result<Vec<(String, i64)>> {
         self.read(|c| {
-            let mut stmt = c.prepare(
-                "SELECT leaf, SUM(gpus * (MIN(COALESCE(run_end, ?2), ?2) - MAX(run_start, ?1)))
-                 FROM runs
-                 WHERE allocated = 1 AND leaf IS NOT NULL AND run_start < ?2 AND (run_end IS NULL OR run_end > ?1)
-                 GROUP BY leaf ORDER BY leaf",
+            let (least, greatest) = match c.dialect() {
+                Dialect::Sqlite => ("MIN", "MAX"),
+                Dialect::MySql => ("LEAST", "GREATEST"),
+            };
+            let rows = c.rows(
+                &format!(
+                    "SELECT leaf, SUM(gpus * ({least}(COALESCE(run_end, ?), ?) - {greatest}(run_start, ?)))
+                     FROM runs
+                     WHERE allocated = 1 AND leaf IS NOT NULL AND run_start < ? AND (run_end IS NULL OR run_end > ?)
+                     GROUP BY leaf ORDER BY leaf"
+                ),
+                params![to, to, from, to, from],
             )?;
-            let rows = stmt.query_map([from, to], |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect()
+            collect(rows, |r| Ok((r.get(0)?, r.get(1)?)))
         })
     }
 }

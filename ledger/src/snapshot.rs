@@ -7,8 +7,8 @@
 
 use allot::budget::BudgetTree;
 use allot::fairshare::Ranking;
-use rusqlite::{params, OptionalExtension};
 
+use crate::db::{params, Conn, DbResult, Dialect};
 use crate::{Ledger, Result};
 
 /// One leaf's usage in the window (or an inner node's: what leaves removed
@@ -32,16 +32,17 @@ pub struct UsageSnapshot {
 }
 
 impl UsageSnapshot {
-    pub(crate) fn write(&self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
-        tx.execute("DELETE FROM usage_snapshot", [])?;
-        let mut insert = tx.prepare_cached("INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES (?1, ?2, ?3)")?;
+    pub(crate) fn write(&self, c: &Conn) -> DbResult<()> {
+        c.exec("DELETE FROM usage_snapshot", &[])?;
         for l in &self.leaves {
-            insert.execute(params![l.leaf, l.charged, l.unallocated])?;
+            c.exec("INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES (?, ?, ?)", params![&l.leaf, l.charged, l.unallocated])?;
         }
-        tx.execute(
-            "INSERT INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, ?1, ?2, ?3)
-             ON CONFLICT(id) DO UPDATE SET computed_at = excluded.computed_at, budget_version = excluded.budget_version,
-                 capacity_gpus = excluded.capacity_gpus",
+        let replace = match c.dialect() {
+            Dialect::Sqlite => "INSERT OR REPLACE",
+            Dialect::MySql => "REPLACE",
+        };
+        c.exec(
+            &format!("{replace} INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, ?, ?, ?)"),
             params![self.computed_at, self.budget_version, self.capacity_gpus],
         )?;
         Ok(())
@@ -80,19 +81,15 @@ impl Ledger {
     /// The latest usage snapshot, if the priority plugin ever wrote one.
     pub fn usage_snapshot(&self) -> Result<Option<UsageSnapshot>> {
         self.read(|c| {
-            let Some((computed_at, budget_version, capacity_gpus)) = c
-                .query_row("SELECT computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta WHERE id = 1", [], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-                })
-                .optional()?
-            else {
+            let Some(meta) = c.row("SELECT computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta WHERE id = 1", &[])? else {
                 return Ok(None);
             };
-            let mut stmt = c.prepare("SELECT leaf, charged, unallocated FROM usage_snapshot ORDER BY leaf")?;
-            let leaves = stmt
-                .query_map([], |r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))?
-                .collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(Some(UsageSnapshot { computed_at, budget_version, capacity_gpus, leaves }))
+            let leaves = c
+                .rows("SELECT leaf, charged, unallocated FROM usage_snapshot ORDER BY leaf", &[])?
+                .iter()
+                .map(|r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))
+                .collect::<DbResult<Vec<_>>>()?;
+            Ok(Some(UsageSnapshot { computed_at: meta.get(0)?, budget_version: meta.get(1)?, capacity_gpus: meta.get(2)?, leaves }))
         })
     }
 }

@@ -1,0 +1,374 @@
+//! The ledger's behaviour, case by case, on both engines: a SQLite file and
+//! a real MariaDB server (a private `mariadbd` in a temporary directory,
+//! stopped on drop). Each case runs on each engine and must give the same
+//! answers: the plugins and the CLI cannot tell which one they write to.
+//!
+//! The server half needs Debian's `mariadb-server` (`mariadbd`,
+//! `mariadb-install-db`); `scripts/test.sh` installs it and runs the
+//! ignored tests. The SQLite half runs everywhere.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use allot::budget::BudgetTree;
+use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, LedgerError, Location, Period, RunRow, RunUpdate, SyncOutcome, UsageSnapshot};
+
+/// A private MariaDB server: its own data directory and socket, no TCP.
+struct MariaDb {
+    dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl MariaDb {
+    fn start() -> MariaDb {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("data");
+        let socket = dir.path().join("mysqld.sock");
+        // `allot` writes (password file 0600), `reader` may only read.
+        let accounts = "CREATE USER 'allot'@'localhost' IDENTIFIED BY 'w-secret';\n\
+             GRANT ALL ON *.* TO 'allot'@'localhost';\n\
+             CREATE USER 'reader'@'localhost' IDENTIFIED BY 'r-secret';\n\
+             GRANT SELECT ON *.* TO 'reader'@'localhost';\n";
+        let root = nix::unistd::Uid::effective().is_root();
+        let user = if root { vec!["--user=root".to_owned()] } else { vec![] };
+        let common = ["--no-defaults".to_owned(), format!("--datadir={}", data.display())];
+        let status = Command::new("mariadb-install-db")
+            .args(&common)
+            .args(&user)
+            // root logs in over the socket as whoever runs the test.
+            .arg(format!("--auth-root-socket-user={}", nix::unistd::User::from_uid(nix::unistd::Uid::effective()).unwrap().unwrap().name))
+            .args(["--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve", "--force"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db (Debian's mariadb-server) must be installed: scripts/install-deps.sh --accounting");
+        assert!(status.success(), "mariadb-install-db failed");
+        let child = Command::new("mariadbd")
+            .args(&common)
+            .args(&user)
+            .arg(format!("--socket={}", socket.display()))
+            .args(["--skip-networking", "--skip-name-resolve", "--innodb-log-file-size=4M", "--innodb-buffer-pool-size=32M"])
+            .arg(format!("--pid-file={}", dir.path().join("mariadbd.pid").display()))
+            .arg(format!("--log-error={}", dir.path().join("mariadbd.log").display()))
+            .spawn()
+            .expect("mariadbd");
+        let server = MariaDb { dir, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !socket.exists() {
+            assert!(Instant::now() < deadline, "mariadbd did not start: {}", std::fs::read_to_string(server.dir.path().join("mariadbd.log")).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(server.sql(accounts).success(), "creating the test accounts failed");
+        for (name, secret) in [("writer.pass", "w-secret\n"), ("reader.pass", "r-secret\n")] {
+            let p = server.dir.path().join(name);
+            std::fs::write(&p, secret).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(if name == "reader.pass" { 0o644 } else { 0o600 })).unwrap();
+        }
+        server
+    }
+
+    /// Runs SQL as the server's root (the `mariadb` client, over the socket).
+    fn sql(&self, sql: &str) -> std::process::ExitStatus {
+        Command::new("mariadb")
+            .args(["--no-defaults", &format!("--socket={}", self.dir.path().join("mysqld.sock").display()), "-uroot", "-e", sql])
+            .status()
+            .expect("the mariadb client")
+    }
+
+    fn url(&self, user: &str, database: &str) -> String {
+        let pass = self.dir.path().join(if user == "reader" { "reader.pass" } else { "writer.pass" });
+        format!("mysql://{user}@localhost/{database}?socket={}&password_file={}", self.dir.path().join("mysqld.sock").display(), pass.display())
+    }
+
+    /// A new, empty database for one case.
+    fn database(&self, name: &str) -> Engine {
+        assert!(self.sql(&format!("CREATE DATABASE `{name}`")).success());
+        Engine::Server { writer: self.url("allot", name), reader: self.url("reader", name) }
+    }
+}
+
+impl Drop for MariaDb {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Where one case's ledger lives.
+enum Engine {
+    File(tempfile::TempDir),
+    Server { writer: String, reader: String },
+}
+
+impl Engine {
+    fn file() -> Engine {
+        Engine::File(tempfile::tempdir().unwrap())
+    }
+    fn path(dir: &Path) -> PathBuf {
+        dir.join("ledger.db")
+    }
+    fn location(&self, writable: bool) -> Location {
+        match self {
+            Engine::File(dir) => Location::File(Self::path(dir.path())),
+            Engine::Server { writer, reader } => Location::parse(if writable { writer } else { reader }).unwrap(),
+        }
+    }
+    fn writer(&self) -> Ledger {
+        Ledger::connect(&self.location(true), true).unwrap()
+    }
+    fn reader(&self) -> allot_ledger::Result<Ledger> {
+        Ledger::connect(&self.location(false), false)
+    }
+}
+
+const V1: &str = "[budget]\nowners=[\"boss\"]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
+
+fn run(job_id: u32, start: i64, gpus: u32, allocated: bool) -> RunRow {
+    RunRow { job_id, run_start: start, run_end: None, leaf: Some("a".into()), account: Some("a".into()), user: Some("u".into()), gpus, allocated, end_reason: None }
+}
+
+fn contract(job_id: u32, submit_time: i64, gpus: u32) -> ContractRow {
+    ContractRow {
+        job_id,
+        user: "u".into(),
+        account: Some("a".into()),
+        leaf: Some("a".into()),
+        min_runtime: 60,
+        priority: "normal".into(),
+        resumable: true,
+        submit_time,
+        comment: "min_runtime=1m".into(),
+        gpus: Some(gpus),
+    }
+}
+
+fn a_reader_sees_no_ledger_before_the_first_write(e: &Engine) {
+    let err = e.reader().err().expect("nothing was written yet");
+    assert!(matches!(err, LedgerError::Missing { .. }), "{err}");
+    assert!(err.to_string().contains("sync a budget first"), "{err}");
+}
+
+fn budget_versions_are_appended_and_history_is_append_only(e: &Engine) {
+    let mut l = e.writer();
+    let t1 = BudgetTree::parse(V1).unwrap();
+    assert_eq!(l.sync_budget(V1, &t1, "boss", "b.toml", 100).unwrap(), SyncOutcome::Written { version: 1, changes: vec!["+ a".into(), "+ b".into()] });
+    assert_eq!(l.sync_budget(V1, &t1, "boss", "b.toml", 101).unwrap(), SyncOutcome::Unchanged { version: 1 });
+    let v2 = V1.replace("[budget.b]\nshare=1", "[budget.b]\nshare=3");
+    let t2 = BudgetTree::parse(&v2).unwrap();
+    assert_eq!(l.sync_budget(&v2, &t2, "boss", "b.toml", 200).unwrap(), SyncOutcome::Written { version: 2, changes: vec!["~ b share 1 -> 3".into()] });
+    // A refused sync writes nothing and saw the version it would replace.
+    let v3 = V1.replace("[budget.a]\nshare=1", "[budget.a]\nshare=5");
+    let mut seen = None;
+    let refused = l.sync_budget_authorized(&v3, &BudgetTree::parse(&v3).unwrap(), "eve", "b.toml", 300, |c| {
+        seen = c.map(|c| c.version);
+        Err("eve may not".into())
+    });
+    assert_eq!(refused.unwrap_err().to_string(), "eve may not");
+    assert_eq!(seen, Some(2));
+    let r = e.reader().unwrap();
+    assert_eq!(r.current_budget_version().unwrap(), Some(2));
+    assert_eq!(r.budget_history().unwrap().iter().map(|v| (v.version, v.synced_at)).collect::<Vec<_>>(), vec![(2, 200), (1, 100)]);
+    let current = r.current_budget().unwrap().unwrap();
+    assert_eq!((current.toml.as_str(), current.author.as_str()), (v2.as_str(), "boss"));
+    let (v, nodes) = r.current_budget_with_nodes().unwrap().unwrap();
+    assert_eq!(v.version, 2);
+    assert_eq!(nodes.iter().map(|n| n.0.as_str()).collect::<Vec<_>>(), vec!["", "a", "b"]);
+    assert!((nodes[2].2 - 0.75).abs() < 1e-12 && nodes[2].3);
+    assert_eq!(r.budget_version(1).unwrap().unwrap().toml, V1);
+    assert_eq!(r.earlier_versions_since(2, 150).unwrap().iter().map(|v| v.version).collect::<Vec<_>>(), vec![1]);
+    assert!(r.budget_nodes(3).unwrap().is_empty());
+    // History cannot be rewritten, even with SQL by hand.
+    let err = l.execute_raw("UPDATE budget_versions SET author = 'mallory'").unwrap_err();
+    assert!(err.to_string().contains("append-only"), "{err}");
+    assert!(l.execute_raw("DELETE FROM budget_nodes").unwrap_err().to_string().contains("append-only"));
+}
+
+fn runs_open_close_charge_and_give_way(e: &Engine) {
+    let mut l = e.writer();
+    let ended = |job_id, start, end| RunRow { run_end: Some(end), end_reason: Some("x".into()), ..run(job_id, start, 2, true) };
+    let period = Period {
+        runs: vec![
+            RunUpdate::Open(run(1, 100, 2, true)),
+            RunUpdate::Open(run(2, 100, 4, false)),
+            RunUpdate::Open(run(1, 100, 2, true)),
+            // A run of 0 s, then the real run that started in the same second.
+            RunUpdate::Open(ended(3, 100, 100)),
+            RunUpdate::Open(run(3, 100, 2, true)),
+        ],
+        ..Default::default()
+    };
+    l.record_period(&period).unwrap();
+    assert_eq!(l.open_runs().unwrap().iter().map(|r| r.job_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+    let close = |job_id, end, reason: &str| RunUpdate::Close { job_id, run_start: 100, run_end: end, reason: reason.into() };
+    l.record_period(&Period { runs: vec![close(1, 200, "completed"), close(3, 160, "completed")], ..Default::default() }).unwrap();
+    // Closing twice keeps the first end.
+    l.record_period(&Period { runs: vec![close(1, 999, "again")], ..Default::default() }).unwrap();
+    let r = e.reader().unwrap();
+    let runs = r.runs_of_job(1).unwrap();
+    assert_eq!((runs[0].run_end, runs[0].end_reason.as_deref()), (Some(200), Some("completed")));
+    assert_eq!(r.runs_of_job(3).unwrap().iter().map(|r| (r.run_start, r.run_end)).collect::<Vec<_>>(), vec![(100, Some(160))]);
+    // [150, 300]: job 1 charged 2 GPUs x 50 s, job 3 2 x 10 s; job 2 is unallocated.
+    assert_eq!(r.charged_by_leaf(150, 300).unwrap(), vec![("a".to_owned(), 120)]);
+    assert_eq!(r.runs_since(250).unwrap().iter().map(|r| r.job_id).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(r.runs_of_job(2).unwrap()[0], run(2, 100, 4, false), "every field comes back as written");
+}
+
+fn contracts_keep_the_first_submission_and_the_last_end(e: &Engine) {
+    let mut l = e.writer();
+    let c = contract(7, 1000, 4);
+    l.record_period(&Period { contracts: vec![c.clone()], ..Default::default() }).unwrap();
+    // Requeued: Slurm says it was submitted at 1400.
+    l.record_period(&Period { contracts: vec![contract(7, 1400, 4)], ..Default::default() }).unwrap();
+    l.record_period(&Period { job_ends: vec![JobEnd { job_id: 7, at: 1500 }], ..Default::default() }).unwrap();
+    l.record_period(&Period { job_ends: vec![JobEnd { job_id: 7, at: 1700 }], ..Default::default() }).unwrap();
+    let r = e.reader().unwrap();
+    assert_eq!(r.contracts_submitted(0, 2000).unwrap(), vec![(c.clone(), Some(1700))]);
+    assert_eq!(r.contract(7).unwrap(), Some(c));
+    assert!(r.contract(8).unwrap().is_none());
+    // The id is used again by a new job: its own submit time.
+    l.record_period(&Period { contracts: vec![contract(7, 5000, 1)], ..Default::default() }).unwrap();
+    assert_eq!(r.contracts_submitted(0, 10_000).unwrap()[0].0.submit_time, 5000);
+    // Waiting: recorded, no end and no run going on (job 9 runs; job 7's
+    // row keeps its old end until the new job ends).
+    l.record_period(&Period { contracts: vec![contract(8, 6000, 2)], runs: vec![RunUpdate::Open(run(9, 6000, 1, true))], ..Default::default() }).unwrap();
+    l.record_period(&Period { contracts: vec![contract(9, 6000, 1)], ..Default::default() }).unwrap();
+    assert_eq!(r.waiting_contracts().unwrap().iter().map(|c| c.job_id).collect::<Vec<_>>(), vec![8]);
+}
+
+fn demand_snapshot_events_and_identity(e: &Engine) {
+    let mut l = e.writer();
+    let d = |leaf: &str, at, pending| DemandRow { leaf: leaf.into(), at, pending_allocated: pending, pending_unallocated: 1, running_allocated: 0, running_unallocated: 0 };
+    let snapshot = |at| UsageSnapshot {
+        computed_at: at,
+        budget_version: 1,
+        capacity_gpus: 32,
+        leaves: vec![LeafUsage { leaf: "a".into(), charged: 7200, unallocated: 5 }, LeafUsage { leaf: "b".into(), charged: 0, unallocated: 0 }],
+    };
+    let event = |at, job_id, kind: &str| EventRow { at, job_id, kind: kind.into(), detail: format!("{kind} at {at}") };
+    l.record_period(&Period {
+        demand: vec![d("a", 100, 4), d("a", 200, 2), d("a", 300, 0), d("b", 250, 8)],
+        events: vec![event(100, 1, "preempted"), event(150, 2, "requeued"), event(120, 1, "preempted")],
+        snapshot: Some(snapshot(100)),
+        ..Default::default()
+    })
+    .unwrap();
+    // The same demand row again replaces it; the snapshot is replaced whole.
+    l.record_period(&Period { demand: vec![d("a", 300, 3)], snapshot: Some(UsageSnapshot { leaves: vec![], ..snapshot(400) }), ..Default::default() }).unwrap();
+    let r = e.reader().unwrap();
+    let at = |rows: Vec<DemandRow>| rows.iter().map(|d| (d.leaf.clone(), d.at, d.pending_allocated)).collect::<Vec<_>>();
+    assert_eq!(at(r.demand_since(220).unwrap()), vec![("a".into(), 200, 2), ("a".into(), 300, 3), ("b".into(), 250, 8)]);
+    assert_eq!(r.usage_snapshot().unwrap(), Some(UsageSnapshot { leaves: vec![], ..snapshot(400) }));
+    l.record_period(&Period { snapshot: Some(snapshot(500)), ..Default::default() }).unwrap();
+    assert_eq!(r.usage_snapshot().unwrap(), Some(snapshot(500)));
+    assert_eq!(r.events_between("preempted", 0, 1000).unwrap().iter().map(|e| e.at).collect::<Vec<_>>(), vec![100, 120]);
+    assert_eq!(r.events_of_job(1).unwrap().iter().map(|e| e.at).collect::<Vec<_>>(), vec![100, 120], "in the order written");
+    let id = l.identity().unwrap();
+    assert_eq!(id.len(), 32);
+    assert_eq!(r.identity().unwrap(), id);
+    assert!(l.check().unwrap().is_empty());
+}
+
+fn text_compares_byte_for_byte(e: &Engine) {
+    let mut l = e.writer();
+    let toml = V1.replace("[budget.b]", "[budget.B]");
+    let tree = BudgetTree::parse(&toml).unwrap();
+    l.sync_budget(&toml, &tree, "boss", "b.toml", 100).unwrap();
+    l.record_period(&Period { runs: vec![RunUpdate::Open(RunRow { leaf: Some("B".into()), ..run(1, 0, 1, true) })], ..Default::default() }).unwrap();
+    l.record_period(&Period { runs: vec![RunUpdate::Open(RunRow { leaf: Some("b".into()), ..run(2, 0, 1, true) })], ..Default::default() }).unwrap();
+    // 'B' and 'b' are two leaves, not one (a case-insensitive collation
+    // would merge them), and 'é' comes back as written.
+    assert_eq!(l.charged_by_leaf(0, 10).unwrap(), vec![("B".to_owned(), 10), ("b".to_owned(), 10)]);
+    l.record_period(&Period { events: vec![EventRow { at: 1, job_id: 1, kind: "note".into(), detail: "équipe ünïcode 🚀".into() }], ..Default::default() }).unwrap();
+    assert_eq!(l.events_of_job(1).unwrap()[0].detail, "équipe ünïcode 🚀");
+}
+
+fn two_writers_at_once_write_every_version_once(e: &Engine) {
+    let loc = e.location(true);
+    std::thread::scope(|s| {
+        for writer in 0..4 {
+            let loc = loc.clone();
+            s.spawn(move || {
+                let mut l = Ledger::connect(&loc, true).unwrap();
+                for i in 0..10 {
+                    let toml = format!("{V1}# writer {writer} edit {i}\n");
+                    l.sync_budget(&toml, &BudgetTree::parse(&toml).unwrap(), "boss", "b.toml", 100).unwrap();
+                    l.record_period(&Period { runs: vec![RunUpdate::Open(run(writer * 100 + i, 0, 1, true))], ..Default::default() }).unwrap();
+                }
+            });
+        }
+    });
+    let r = e.reader().unwrap();
+    let versions: Vec<i64> = r.budget_history().unwrap().iter().map(|v| v.version).collect();
+    assert_eq!(versions, (1..=40).rev().collect::<Vec<_>>());
+    assert_eq!(r.open_runs().unwrap().len(), 40);
+}
+
+type Case = fn(&Engine);
+const CASES: &[(&str, Case)] = &[
+    ("a_reader_sees_no_ledger_before_the_first_write", a_reader_sees_no_ledger_before_the_first_write),
+    ("budget_versions_are_appended_and_history_is_append_only", budget_versions_are_appended_and_history_is_append_only),
+    ("runs_open_close_charge_and_give_way", runs_open_close_charge_and_give_way),
+    ("contracts_keep_the_first_submission_and_the_last_end", contracts_keep_the_first_submission_and_the_last_end),
+    ("demand_snapshot_events_and_identity", demand_snapshot_events_and_identity),
+    ("text_compares_byte_for_byte", text_compares_byte_for_byte),
+    ("two_writers_at_once_write_every_version_once", two_writers_at_once_write_every_version_once),
+];
+
+#[test]
+fn every_case_on_a_sqlite_file() {
+    for (name, case) in CASES {
+        eprintln!("sqlite: {name}");
+        case(&Engine::file());
+    }
+}
+
+#[test]
+#[ignore = "needs mariadbd (Debian's mariadb-server); scripts/test.sh installs it and runs this"]
+fn every_case_on_a_mariadb_server() {
+    let server = MariaDb::start();
+    for (i, (name, case)) in CASES.iter().enumerate() {
+        eprintln!("mariadb: {name}");
+        case(&server.database(&format!("case{i}")));
+    }
+    server_only_checks(&server);
+}
+
+/// What only a server has: accounts, grants, a schema another allot wrote.
+fn server_only_checks(server: &MariaDb) {
+    let e = server.database("serveronly");
+    drop(e.writer());
+    // The read-only account reads, and its writes are refused by the server.
+    let mut r = e.reader().unwrap();
+    assert_eq!(r.current_budget_version().unwrap(), None);
+    let err = r.sync_budget(V1, &BudgetTree::parse(V1).unwrap(), "boss", "b.toml", 1).unwrap_err();
+    assert!(err.to_string().contains("denied"), "{err}");
+    // A wrong password: the server's refusal, never the password.
+    let Engine::Server { writer, .. } = &e else { unreachable!() };
+    let wrong = server.dir.path().join("wrong.pass");
+    std::fs::write(&wrong, "not-it\n").unwrap();
+    std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = writer.replace("writer.pass", "wrong.pass");
+    let err = Ledger::connect(&Location::parse(&url).unwrap(), true).err().unwrap().to_string();
+    assert!(err.contains("Access denied") && !err.contains("not-it") && !err.contains("w-secret"), "{err}");
+    // A writer's password file readable by everyone is refused before connecting.
+    let open = server.dir.path().join("reader.pass");
+    let err = Ledger::connect(&Location::parse(&writer.replace("writer.pass", "reader.pass")).unwrap(), true).err().unwrap().to_string();
+    assert!(err.contains("readable by every user") && err.contains(&open.display().to_string()), "{err}");
+    // A schema from a newer allot is refused, not misread.
+    let w = e.writer();
+    w.execute_raw("UPDATE allot_schema_version SET version = 99").unwrap();
+    let err = Ledger::connect(&e.location(true), true).err().unwrap();
+    assert!(matches!(err, LedgerError::SchemaMismatch { found: 99, .. }), "{err}");
+    let err = e.reader().err().unwrap();
+    assert!(matches!(err, LedgerError::SchemaMismatch { found: 99, .. }), "{err}");
+}
