@@ -196,3 +196,53 @@ mod tests {
         assert!(header(&dir.path().join("none")).is_err());
     }
 }
+
+/// The network or cluster filesystem `path` (or, for a file not made yet,
+/// its directory) is on, if any. SQLite's locks and its write-ahead log's
+/// shared memory work between processes of one host only: two hosts
+/// writing one ledger file there corrupt it (sqlite.org/wal.html,
+/// "all processes using a database must be on the same host computer").
+#[allow(clippy::unnecessary_cast)] // __fsword_t is i64 on x86_64 Linux, narrower elsewhere
+pub fn network_filesystem(path: &Path) -> Option<&'static str> {
+    let probe = if path.exists() { path.to_path_buf() } else { path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf() };
+    let kind = nix::sys::statfs::statfs(&probe).ok()?.filesystem_type().0 as u64;
+    filesystem_name(kind)
+}
+
+/// Network and cluster filesystems by their statfs magic (linux/magic.h
+/// and each filesystem's own headers).
+fn filesystem_name(magic: u64) -> Option<&'static str> {
+    Some(match magic {
+        0x6969 => "NFS",
+        0x517B => "SMB",
+        0xFF53_4D42 => "CIFS",
+        0xFE53_4D42 => "SMB2",
+        0x00C3_6400 => "CephFS",
+        0x0BD0_0BD0 => "Lustre",
+        0x4750_4653 => "GPFS (Spectrum Scale)",
+        0x1983_0326 => "BeeGFS",
+        0x5346_414F => "AFS",
+        0x0102_1997 => "9p",
+        0x7461_636F => "OCFS2",
+        0x0116_1970 => "GFS2",
+        0x2003_0528 => "OrangeFS",
+        // sshfs, GlusterFS, and others served from another host.
+        0x6573_5546 => "FUSE",
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod filesystem_tests {
+    use super::*;
+
+    #[test]
+    fn network_filesystems_are_named_and_local_ones_are_not() {
+        assert_eq!(filesystem_name(0x6969), Some("NFS"));
+        assert_eq!(filesystem_name(0x0BD0_0BD0), Some("Lustre"));
+        assert_eq!(filesystem_name(0xEF53), None, "ext4");
+        assert_eq!(filesystem_name(0x0102_1994), None, "tmpfs");
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(network_filesystem(&dir.path().join("ledger.db")), None);
+    }
+}

@@ -67,6 +67,8 @@ pub enum LedgerError {
     Config(String),
     #[error("ledger {path}: schema version {found} but this allot expects {expected}; run `allot sync` (as the ledger's owner) to migrate it")]
     SchemaMismatch { path: String, found: usize, expected: usize },
+    #[error("ledger {path} is on {filesystem}, a network filesystem: SQLite's locks and write-ahead log work on one host only, so a ledger there would be corrupted by a second host (a backup slurmctld, `allot` on a login node). Keep the file on the controller's local disk, or put the ledger on the site's MariaDB/MySQL server (LedgerUrl=mysql://... in allot.conf)")]
+    NetworkFilesystem { path: String, filesystem: &'static str },
     #[error("ledger {path} does not exist; sync a budget first (`allot sync budgets.toml`)")]
     Missing { path: String },
     #[error("ledger {path}: this machine's SQLite is {found}, allot needs {MIN_SQLITE} or later (its tables are STRICT); upgrade libsqlite3-0")]
@@ -351,6 +353,9 @@ impl Ledger {
     pub fn open(path: impl AsRef<Path>) -> Result<Ledger> {
         let path = path.as_ref();
         let name = path.display().to_string();
+        if let Some(filesystem) = health::network_filesystem(path) {
+            return Err(LedgerError::NetworkFilesystem { path: name, filesystem });
+        }
         let conn = Connection::open(path).map_err(|source| LedgerError::Sqlite { path: name.clone(), source })?;
         Self::setup(conn, name, true)
     }
@@ -362,6 +367,9 @@ impl Ledger {
         let name = path.display().to_string();
         if !path.exists() {
             return Err(LedgerError::Missing { path: name });
+        }
+        if let Some(filesystem) = health::network_filesystem(path) {
+            return Err(LedgerError::NetworkFilesystem { path: name, filesystem });
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
         let conn = Connection::open_with_flags(path, flags).map_err(|source| LedgerError::Sqlite { path: name.clone(), source })?;
@@ -378,6 +386,11 @@ impl Ledger {
             Location::File(path) => Ledger::open_read_only(path),
             Location::Server(server) => Self::connect_server(server, writable),
         }
+    }
+
+    /// [`Ledger::connect`] for reading only.
+    pub fn connect_read_only(location: &Location) -> Result<Ledger> {
+        Self::connect(location, false)
     }
 
     fn connect_server(server: &ServerLocation, writable: bool) -> Result<Ledger> {

@@ -76,6 +76,11 @@ impl From<PathBuf> for Location {
         Location::File(p)
     }
 }
+impl From<&PathBuf> for Location {
+    fn from(p: &PathBuf) -> Location {
+        Location::File(p.clone())
+    }
+}
 impl From<&Path> for Location {
     fn from(p: &Path) -> Location {
         Location::File(p.to_path_buf())

@@ -5,6 +5,7 @@
 //! path as `allot sync`. The file is replaced only after the ledger accepted
 //! the new version.
 
+use allot_ledger::Location;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -66,11 +67,11 @@ fn percent(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
 
-fn show(ledger_path: &Path, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
-    let ledger = Ledger::open_read_only(ledger_path)?;
+fn show(ledger_path: &Location, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
+    let ledger = Ledger::connect_read_only(ledger_path)?;
     let v = match version {
         Some(n) => ledger.budget_version(n)?.ok_or_else(|| anyhow!("budget version {n} does not exist"))?,
-        None => ledger.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", ledger_path.display()))?,
+        None => ledger.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", ledger_path))?,
     };
     let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
     let start = match node {
@@ -243,14 +244,14 @@ fn remove(doc: &mut DocumentMut, node: &str) -> anyhow::Result<String> {
 /// the ledger records as last synced: under sudo, never a path the sudo
 /// user chose.
 fn edit(inv: &Invocation, file: Option<PathBuf>, now: i64, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<String>) -> anyhow::Result<()> {
-    let ledger = inv.ledger.as_path();
+    let ledger = &inv.ledger;
     let file = match file {
         Some(f) => {
             inv.may_choose("the budget file", "--file", "without it, `allot budget` edits the file last synced into the ledger")?;
             std::path::absolute(&f).with_context(|| format!("cannot resolve {}", f.display()))?
         }
         None => {
-            let l = Ledger::open_read_only(ledger)?;
+            let l = Ledger::connect_read_only(ledger)?;
             let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget synced yet: pass --file FILE.toml"))?;
             let recorded = PathBuf::from(&v.source);
             if !recorded.is_absolute() {

@@ -29,6 +29,7 @@
 //!   not resumable (a resumable job resumes from its checkpoint, as the
 //!   simulator assumes by default).
 
+use allot_ledger::Location;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -771,7 +772,7 @@ pub struct ReportArgs<'a> {
 }
 
 /// `allot report [--since D] [--json FILE] [--plots DIR [--under NODE]]`.
-pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()> {
+pub fn run(ledger: &Location, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()> {
     let ReportArgs { since, json, plots, under, font } = *args;
     if under.is_some() && plots.is_none() {
         return Err(anyhow!("--under draws a subtree's pictures: give --plots DIR too"));
@@ -779,7 +780,7 @@ pub fn run(ledger: &Path, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()>
     // A missing font fails before any work.
     let font = plots.map(|_| plot::load_font(font)).transpose()?;
     let since = parse_since(since)?;
-    let l = Ledger::open_read_only(ledger)?;
+    let l = Ledger::connect_read_only(ledger)?;
     let (report, timelines) = compute_with_timelines(&l, since, now)?;
     match json {
         // `--json -`: the JSON on standard output, instead of the text (so a

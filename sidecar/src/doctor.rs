@@ -264,6 +264,19 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
     // allot.conf and its ledger.
     let conf = slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("allot.conf");
     let ledger = match std::fs::read_to_string(&conf) {
+        Ok(text) if conf_value(&text, "LedgerUrl").is_some() => {
+            let url = conf_value(&text, "LedgerUrl").unwrap_or_default();
+            match allot_ledger::Location::parse(&url) {
+                Ok(location @ allot_ledger::Location::Server(_)) => {
+                    f.push(ok(format!("{}: LedgerUrl={location}", conf.display())));
+                    f.extend(server_ledger_checks(&location, running));
+                    f.extend(last_good_check(running));
+                }
+                Ok(_) => f.push(problem(format!("{}: LedgerUrl '{url}' is not a mysql:// URL", conf.display()), "a file ledger is LedgerPath; a server ledger is LedgerUrl=mysql://USER@HOST/DATABASE?password_file=...")),
+                Err(e) => f.push(problem(format!("{}: LedgerUrl: {e}", conf.display()), "see the README, \"A ledger on a database server\"")),
+            }
+            None
+        }
         Ok(text) => match conf_value(&text, "LedgerPath") {
             Some(p) if p.starts_with('/') => {
                 f.push(ok(format!("{}: LedgerPath={p}", conf.display())));
@@ -309,17 +322,39 @@ fn file_permissions(path: &Path, what: &str) -> Option<Finding> {
 }
 
 /// Filesystems SQLite's locking and WAL do not work on (statfs magic numbers).
-const NETWORK_FILESYSTEMS: &[(i64, &str)] = &[
-    (0x6969, "NFS"),
-    (0xFF53_4D42, "CIFS"),
-    (0xFE53_4D42, "SMB2"),
-    (0x517B, "SMB"),
-    (0x0BD0_0BD0, "Lustre"),
-    (0x4750_4653, "GPFS"),
-    (0x00C3_6400, "CephFS"),
-    (0x6573_5546, "FUSE"),
-    (0x0102_1997, "9P"),
-];
+/// A server ledger: its password file kept secret, the server answering
+/// with this allot's schema.
+fn server_ledger_checks(ledger: &allot_ledger::Location, running: &SlurmConfig) -> Vec<Finding> {
+    use std::os::unix::fs::MetadataExt;
+    let mut f = Vec::new();
+    let allot_ledger::Location::Server(server) = ledger else { return f };
+    if let Some(file) = server.password_file() {
+        match std::fs::metadata(file) {
+            Ok(meta) if meta.mode() & 0o077 != 0 => f.push(problem(
+                format!("the ledger's password file {} is readable by others (mode {:o})", file.display(), meta.mode() & 0o7777),
+                format!("chmod 600 {}", file.display()),
+            )),
+            Ok(meta) => {
+                let slurm_uid = Some(running.get("SlurmUser").unwrap_or("root")).and_then(|u| nix::unistd::User::from_name(u).ok().flatten()).map(|u| u.uid.as_raw());
+                if meta.uid() != 0 && Some(meta.uid()) != slurm_uid {
+                    f.push(problem(format!("the ledger's password file {} is owned by uid {}, neither root nor the SlurmUser", file.display(), meta.uid()), format!("chown root {}", file.display())));
+                } else {
+                    f.push(ok(format!("the ledger's password file {} is readable by its owner only", file.display())));
+                }
+            }
+            Err(e) => f.push(problem(format!("the ledger's password file {}: {e}", file.display()), "create it (one line, the password), mode 600, owned by the SlurmUser")),
+        }
+    }
+    match allot_ledger::Ledger::connect_read_only(ledger) {
+        Ok(l) => match l.current_budget_version() {
+            Ok(Some(v)) => f.push(ok(format!("{ledger}: the server answers; schema {}, budget version {v}", allot_ledger::SCHEMA_VERSION))),
+            Ok(None) => f.push(problem(format!("{ledger}: no budget has been synced"), "allot sync budgets.toml (the plugins hold every job until a budget is there)")),
+            Err(e) => f.push(problem(format!("{e}"), "see `allot ledger check`")),
+        },
+        Err(e) => f.push(problem(format!("{e}"), "check the server, the URL's user and database, and the password file; `allot sync` creates the schema")),
+    }
+    f
+}
 
 /// The ledger: there, healthy, writable by the SlurmUser (with its
 /// directory: WAL files), not writable by others, not on a network filesystem.
@@ -359,16 +394,11 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
             ));
         }
     }
-    if let Ok(fs) = nix::sys::statfs::statfs(dir) {
-        // __fsword_t is i64 on x86_64 Linux, narrower on some other targets.
-        #[allow(clippy::unnecessary_cast)]
-        let magic = fs.filesystem_type().0 as i64;
-        if let Some((_, name)) = NETWORK_FILESYSTEMS.iter().find(|(m, _)| *m == magic) {
-            f.push(problem(
-                format!("{} is on {name}, a network filesystem: SQLite's locks and write-ahead log do not work there, and the ledger would be corrupted", dir.display()),
-                "keep LedgerPath on the controller's local disk",
-            ));
-        }
+    if let Some(name) = allot_ledger::health::network_filesystem(dir) {
+        f.push(problem(
+            format!("{} is on {name}, a network filesystem: SQLite's locks and write-ahead log do not work there, and the ledger would be corrupted", dir.display()),
+            "keep LedgerPath on the controller's local disk, or use a server ledger (LedgerUrl=mysql://...)",
+        ));
     }
     f
 }

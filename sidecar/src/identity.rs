@@ -28,7 +28,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use allot_ledger::DEFAULT_LEDGER_PATH;
+use allot_ledger::{Location, DEFAULT_LEDGER_PATH};
 use anyhow::{anyhow, bail, Context};
 use nix::unistd::{Uid, User};
 
@@ -115,12 +115,12 @@ pub fn slurm_user() -> Option<String> {
 /// The ledger the plugins use: `LedgerPath` of the allot.conf beside
 /// slurm.conf, else [`DEFAULT_LEDGER_PATH`]. Under sudo, the allot.conf must
 /// be owned by root and writable by nobody else, or it is refused.
-pub fn configured_ledger() -> anyhow::Result<(PathBuf, String)> {
+pub fn configured_ledger() -> anyhow::Result<(Location, String)> {
     let conf = slurm_conf_path().parent().unwrap_or(Path::new("/etc/slurm")).join("allot.conf");
     let meta = match std::fs::metadata(&conf) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Ok((PathBuf::from(DEFAULT_LEDGER_PATH), format!("the default; {} does not exist", conf.display())));
+            return Ok((Location::File(PathBuf::from(DEFAULT_LEDGER_PATH)), format!("the default; {} does not exist", conf.display())));
         }
         Err(e) => bail!("cannot read {}: {e}", conf.display()),
     };
@@ -131,10 +131,16 @@ pub fn configured_ledger() -> anyhow::Result<(PathBuf, String)> {
         );
     }
     let text = std::fs::read_to_string(&conf).with_context(|| format!("cannot read {}", conf.display()))?;
-    match conf_value(&text, "LedgerPath") {
-        Some(p) if p.starts_with('/') => Ok((PathBuf::from(p), format!("LedgerPath of {}", conf.display()))),
-        Some(p) => bail!("{}: LedgerPath must be an absolute path, got '{p}'", conf.display()),
-        None => Ok((PathBuf::from(DEFAULT_LEDGER_PATH), format!("the default; {} sets no LedgerPath", conf.display()))),
+    match (conf_value(&text, "LedgerPath"), conf_value(&text, "LedgerUrl")) {
+        (Some(_), Some(_)) => bail!("{}: LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both", conf.display()),
+        (None, Some(url)) => match Location::parse(&url) {
+            Ok(l @ Location::Server(_)) => Ok((l, format!("LedgerUrl of {}", conf.display()))),
+            Ok(Location::File(_)) => bail!("{}: LedgerUrl must be a mysql:// (mariadb://) URL; a file is LedgerPath", conf.display()),
+            Err(e) => bail!("{}: LedgerUrl: {e}", conf.display()),
+        },
+        (Some(p), None) if p.starts_with('/') => Ok((Location::File(PathBuf::from(p)), format!("LedgerPath of {}", conf.display()))),
+        (Some(p), None) => bail!("{}: LedgerPath must be an absolute path, got '{p}'", conf.display()),
+        (None, None) => Ok((Location::File(PathBuf::from(DEFAULT_LEDGER_PATH)), format!("the default; {} sets no LedgerPath", conf.display()))),
     }
 }
 
@@ -150,10 +156,13 @@ pub fn ledger_owner() -> Option<(u32, u32)> {
 }
 
 /// Whether `a` and `b` name the same ledger.
-fn same_path(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
+fn same_ledger(a: &Location, b: &Location) -> bool {
+    match (a, b) {
+        (Location::File(a), Location::File(b)) => match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
+        },
+        (a, b) => a == b,
     }
 }
 
@@ -183,9 +192,9 @@ pub struct Invocation {
     /// Running as root on behalf of [`Actor::name`].
     pub sudo: bool,
     /// The ledger this command works on.
-    pub ledger: PathBuf,
+    pub ledger: Location,
     /// The configured ledger, and where that setting came from.
-    pub configured: PathBuf,
+    pub configured: Location,
     pub configured_by: String,
 }
 
@@ -196,13 +205,17 @@ impl Invocation {
     pub fn resolve(flag: Option<&Path>) -> anyhow::Result<Invocation> {
         let sudo = sudo_user()?;
         let chosen = match flag {
-            Some(p) => Some(("--ledger", p.to_path_buf())),
-            None => env_nonempty("ALLOT_LEDGER").map(|p| ("ALLOT_LEDGER", PathBuf::from(p))),
+            Some(p) => Some(("--ledger", p.to_string_lossy().into_owned())),
+            None => env_nonempty("ALLOT_LEDGER").map(|p| ("ALLOT_LEDGER", p)),
+        };
+        let chosen = match chosen {
+            Some((option, text)) => Some((option, Location::parse(&text).map_err(|e| anyhow!("{option}: {e}"))?)),
+            None => None,
         };
         let (configured, configured_by) = match configured_ledger() {
             Ok(c) => c,
             // Without sudo, a ledger named on the command line needs no allot.conf.
-            Err(e) if sudo.is_none() && chosen.is_some() => (PathBuf::from(DEFAULT_LEDGER_PATH), format!("the default; {e:#}")),
+            Err(e) if sudo.is_none() && chosen.is_some() => (Location::File(PathBuf::from(DEFAULT_LEDGER_PATH)), format!("the default; {e:#}")),
             Err(e) => return Err(e),
         };
         let ledger = chosen.as_ref().map(|(_, p)| p.clone()).unwrap_or_else(|| configured.clone());
@@ -210,11 +223,11 @@ impl Invocation {
         let actor = Actor::resolve(sudo.as_ref(), if sudo.is_some() { &configured } else { &ledger })?;
         let inv = Invocation { actor, sudo: sudo.is_some(), ledger, configured, configured_by };
         if let Some((option, path)) = chosen {
-            if !same_path(&path, &inv.configured) {
+            if !same_ledger(&path, &inv.configured) {
                 inv.may_choose(
                     "the ledger",
                     option,
-                    &format!("without it, allot uses {} ({})", inv.configured.display(), inv.configured_by),
+                    &format!("without it, allot uses {} ({})", inv.configured, inv.configured_by),
                 )?;
             }
         }
@@ -227,7 +240,13 @@ impl Invocation {
             Some(u) => format!("the SlurmUser ({u})"),
             None => "the SlurmUser".to_owned(),
         };
-        format!("root, {slurm}, or the owner of {}", self.configured.display())
+        match &self.configured {
+            Location::File(path) => format!("root, {slurm}, or the owner of {}", path.display()),
+            Location::Server(s) => match s.password_file() {
+                Some(file) => format!("root, {slurm}, or the owner of {} (the server ledger's password file)", file.display()),
+                None => format!("root or {slurm}"),
+            },
+        }
     }
 
     /// Refuses a non-admin under sudo the choice of `what` through `option`.
@@ -250,20 +269,28 @@ impl Invocation {
 impl Actor {
     /// The invoking user, for changes to the ledger at `ledger`. Under sudo,
     /// pass the configured ledger: see [`Invocation::resolve`].
-    pub fn current(ledger: &Path) -> anyhow::Result<Actor> {
+    pub fn current(ledger: &Location) -> anyhow::Result<Actor> {
         Actor::resolve(sudo_user()?.as_ref(), ledger)
     }
 
-    fn resolve(sudo: Option<&SudoUser>, ledger: &Path) -> anyhow::Result<Actor> {
+    fn resolve(sudo: Option<&SudoUser>, ledger: &Location) -> anyhow::Result<Actor> {
         let uid = Uid::effective();
         let (name, acting_uid, delegated) = match sudo {
             Some(s) => (s.name.clone(), s.uid, true),
             None => (User::from_uid(uid)?.map(|u| u.name).unwrap_or_else(|| uid.to_string()), Some(uid), false),
         };
-        let owns_ledger = match std::fs::metadata(ledger) {
-            Ok(meta) => acting_uid.map(|u| u.as_raw()) == Some(meta.uid()),
-            // Whoever creates the ledger will own it, unless acting through sudo.
-            Err(_) => !delegated,
+        let owns_ledger = match ledger {
+            Location::File(path) => match std::fs::metadata(path) {
+                Ok(meta) => acting_uid.map(|u| u.as_raw()) == Some(meta.uid()),
+                // Whoever creates the ledger will own it, unless acting through sudo.
+                Err(_) => !delegated,
+            },
+            // A server ledger's writer is whoever holds its password: the
+            // password file's owner could write it with the mysql client.
+            Location::Server(s) => s
+                .password_file()
+                .and_then(|f| std::fs::metadata(f).ok())
+                .is_some_and(|meta| acting_uid.map(|u| u.as_raw()) == Some(meta.uid())),
         };
         let is_admin = (uid.is_root() && !delegated) || slurm_user().as_deref() == Some(name.as_str()) || owns_ledger;
         Ok(Actor { name, is_admin })

@@ -9,6 +9,8 @@
 
 use std::path::{Path, PathBuf};
 
+use allot_ledger::Location;
+
 use allot_ledger::health::{self, Problem};
 use allot_ledger::{BudgetVersion, Ledger};
 use anyhow::{anyhow, bail, Context};
@@ -30,7 +32,10 @@ pub enum LedgerCommand {
 
 pub fn run(cmd: LedgerCommand, inv: &Invocation, now: i64) -> anyhow::Result<()> {
     match cmd {
-        LedgerCommand::Check => check(&inv.ledger),
+        LedgerCommand::Check => match &inv.ledger {
+            Location::File(path) => check(path),
+            server => check_server(server),
+        },
         LedgerCommand::Recover { force } => recover(inv, force, now),
     }
 }
@@ -59,6 +64,22 @@ pub fn explain(problem: &Problem, path: &Path) -> String {
         Problem::Missing => format!("{what}; sync a budget first (`allot sync <budget file>`)"),
         _ => what,
     }
+}
+
+/// `allot ledger check` of a server ledger: it answers, its schema is this
+/// allot's, and the server's `CHECK TABLE` finds nothing wrong.
+fn check_server(ledger: &Location) -> anyhow::Result<()> {
+    let l = allot_ledger::Ledger::connect_read_only(ledger)?;
+    let problems = l.check()?;
+    if !problems.is_empty() {
+        bail!("the ledger {ledger} has problems (the server's CHECK TABLE):\n  {}\nrepair them with the server's own tools (mariadb-check --repair) or restore its backup", problems.join("\n  "));
+    }
+    let budget = match l.current_budget_version()? {
+        Some(v) => format!("budget version {v}"),
+        None => "no budget synced yet".to_owned(),
+    };
+    println!("the ledger {ledger} is fine (server ledger, schema {}; every table checked; {budget})", allot_ledger::SCHEMA_VERSION);
+    Ok(())
 }
 
 /// `allot ledger check`.
@@ -120,7 +141,13 @@ fn salvage(aside: &Path) -> Result<Option<BudgetVersion>, String> {
 /// `allot ledger recover [--force]`.
 fn recover(inv: &Invocation, force: bool, now: i64) -> anyhow::Result<()> {
     inv.require_admin("recover the ledger")?;
-    let path = inv.ledger.as_path();
+    let Some(path) = inv.ledger.file() else {
+        bail!(
+            "the ledger {} is on a database server: `allot ledger recover` moves SQLite files aside, which a server does not need; \
+             use the server's own backup and repair (mariadb-check, mariadb-backup), or point LedgerUrl at a new empty database and `allot sync` the budget",
+            inv.ledger
+        )
+    };
     let problem = match health::diagnose(path) {
         Err(Problem::Missing) => {
             bail!("there is no ledger at {}: nothing to recover; `allot sync <budget file>` creates one", path.display())
@@ -169,7 +196,7 @@ fn recover(inv: &Invocation, force: bool, now: i64) -> anyhow::Result<()> {
     let synced = match salvage(&aside) {
         Ok(Some(old)) => {
             let shown = format!("{} (version {} of {})", old.source, old.version, aside.display());
-            match crate::sync::sync_text_from(path, &old.toml, &shown, &old.source, &inv.actor, now) {
+            match crate::sync::sync_text_from(&inv.ledger, &old.toml, &shown, &old.source, &inv.actor, now) {
                 Ok(outcome) => {
                     let version = match outcome {
                         allot_ledger::SyncOutcome::Written { version, .. } | allot_ledger::SyncOutcome::Unchanged { version } => version,

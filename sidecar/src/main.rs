@@ -214,9 +214,11 @@ fn main() -> ExitCode {
     // A file that is not a database at all is reported before SQLite opens
     // it; `allot ledger` examines it itself.
     if !matches!(command, Command::Ledger(_)) {
-        if let Err(problem) = health::preflight(&ledger) {
-            eprintln!("allot: {}", ledger_cmd::explain(&problem, &ledger));
-            return ExitCode::FAILURE;
+        if let Some(path) = ledger.file() {
+            if let Err(problem) = health::preflight(path) {
+                eprintln!("allot: {}", ledger_cmd::explain(&problem, path));
+                return ExitCode::FAILURE;
+            }
         }
     }
     let result = match command {
@@ -237,7 +239,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e, Some(&ledger)),
+        Err(e) => fail(&e, ledger.file()),
     }
 }
 
@@ -278,7 +280,7 @@ const MANAGERS_EDIT: &str = "managers edit the budget with `sudo allot budget se
 fn run_sync(inv: &identity::Invocation, file: &Path, check: bool) -> anyhow::Result<()> {
     use anyhow::Context;
     inv.may_choose("the budget file", "the FILE of `allot sync`", MANAGERS_EDIT)?;
-    let ledger = inv.ledger.as_path();
+    let ledger = &inv.ledger;
     let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
     let source = file.display().to_string();
     let actor = &inv.actor;
@@ -297,8 +299,8 @@ fn run_sync(inv: &identity::Invocation, file: &Path, check: bool) -> anyhow::Res
 }
 
 fn run_associations(inv: &identity::Invocation, cluster: Option<&str>, apply: bool) -> anyhow::Result<()> {
-    let l = allot_ledger::Ledger::open_read_only(&inv.ledger)?;
-    let v = l.current_budget()?.ok_or_else(|| anyhow::anyhow!("no budget has been synced into {} yet", inv.ledger.display()))?;
+    let l = allot_ledger::Ledger::connect_read_only(&inv.ledger)?;
+    let v = l.current_budget()?.ok_or_else(|| anyhow::anyhow!("no budget has been synced into {} yet", inv.ledger))?;
     let tree = v.tree().map_err(|e| anyhow::anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
     let plan = associations::plan(&tree, &associations::cluster_name(cluster)?);
     if apply {

@@ -1,7 +1,8 @@
 //! `allot usage` and `allot why`: what the ledger knows, explained.
 
+use allot_ledger::Location;
 use std::fmt::Write as _;
-use std::path::Path;
+
 
 use allot::budget::BudgetTree;
 use allot::duration::{format_duration, parse_duration};
@@ -27,8 +28,8 @@ fn hours(gpu_seconds: f64) -> String {
 
 /// `allot usage [--window D]`: GPU-hours charged per leaf over the window
 /// ending now, against each leaf's allocation.
-pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()> {
-    let l = Ledger::open_read_only(ledger)?;
+pub fn usage(ledger: &Location, window: Option<&str>, now: i64) -> anyhow::Result<()> {
+    let l = Ledger::connect_read_only(ledger)?;
     let (version, tree) = current_tree(&l)?;
     let window = match window {
         Some(w) => parse_duration(w).map_err(|e| anyhow!("--window: {e}"))?,
@@ -85,8 +86,8 @@ pub fn usage(ledger: &Path, window: Option<&str>, now: i64) -> anyhow::Result<()
 
 /// `allot why JOB`: the job's contract, runs and events, and where its leaf
 /// stands in the fair-share order, level by level.
-pub fn why(ledger: &Path, job: u32) -> anyhow::Result<()> {
-    print!("{}", why_text(&Ledger::open_read_only(ledger)?, job)?);
+pub fn why(ledger: &Location, job: u32) -> anyhow::Result<()> {
+    print!("{}", why_text(&Ledger::connect_read_only(ledger)?, job)?);
     Ok(())
 }
 

@@ -13,8 +13,9 @@
 //! request at a time: it is a window for people and a scrape target, not
 //! a service under load.
 
+use allot_ledger::Location;
 use std::io::Read as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 use allot_ledger::Ledger;
@@ -32,7 +33,7 @@ use crate::cluster_report::{compute_with_timelines, draw_queue, draw_shares, que
 
 /// What `allot serve` serves.
 pub struct Site {
-    pub ledger: PathBuf,
+    pub ledger: Location,
     /// The span of the figures, seconds before now.
     pub since: i64,
     /// `None`: no font, so no pictures (the page says why).
@@ -105,7 +106,7 @@ impl Site {
     }
 
     fn report(&self, now: i64) -> anyhow::Result<(Ledger, ClusterReport, Timelines)> {
-        let l = Ledger::open_read_only(&self.ledger)?;
+        let l = Ledger::connect_read_only(&self.ledger)?;
         let (report, timelines) = compute_with_timelines(&l, self.since, now)?;
         Ok((l, report, timelines))
     }
@@ -193,7 +194,7 @@ impl Site {
         let Ok(id) = job.trim().parse::<u32>() else {
             return Ok(Page::html(400, shell("allot why", html! { h1 { "allot why" } p { "Give a job number: " code { "/why?job=42" } } (back) })));
         };
-        let l = Ledger::open_read_only(&self.ledger)?;
+        let l = Ledger::connect_read_only(&self.ledger)?;
         let (status, text) = match crate::report::why_text(&l, id) {
             Ok(text) => (200, text),
             Err(e) => (404, format!("{e:#}")),
@@ -262,10 +263,10 @@ impl Site {
 }
 
 /// `allot serve`: answers until killed.
-pub fn run(ledger: &Path, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
+pub fn run(ledger: &Location, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
     let since = crate::cluster_report::parse_since(since)?;
     // Fail early on a ledger that cannot be read at all.
-    drop(Ledger::open_read_only(ledger)?);
+    drop(Ledger::connect_read_only(ledger)?);
     let (font, font_problem) = match plot::load_font(font) {
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(e.to_string())),
@@ -273,7 +274,7 @@ pub fn run(ledger: &Path, listen: &str, since: Option<&str>, font: &Path) -> any
     let site = Site { ledger: ledger.to_owned(), since, font, font_problem, checked: std::sync::Mutex::new(None) };
     let server = Server::http(listen).map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = server.server_addr().to_ip().map_or_else(|| listen.to_owned(), |a| a.to_string());
-    println!("allot serve: http://{addr}/ (read-only; ledger {})", ledger.display());
+    println!("allot serve: http://{addr}/ (read-only; ledger {})", ledger);
     use std::io::Write as _;
     let _ = std::io::stdout().flush();
     for mut request in server.incoming_requests() {

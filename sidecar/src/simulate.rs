@@ -371,24 +371,25 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     // From the ledger: its jobs, its budget, and what actually happened.
     let from_ledger = if a.from_ledger {
         let inv = allot_cli::identity::Invocation::resolve(a.ledger.as_deref())?;
-        let l = allot_ledger::Ledger::open_read_only(&inv.ledger)?;
+        let l = allot_ledger::Ledger::connect_read_only(&inv.ledger)?;
         let since = allot_cli::cluster_report::parse_since(a.since.as_deref())?;
         let lw = allot_cli::cluster_report::ledger_workload(&l, since, allot_cli::now())?;
         for (why, n) in &lw.left_out {
-            eprintln!("{}: left out {n} job(s): {why}", inv.ledger.display());
+            eprintln!("{}: left out {n} job(s): {why}", inv.ledger);
         }
         if lw.still_running > 0 {
-            eprintln!("{}: {} job(s) still running: replayed with the time they ran so far", inv.ledger.display(), lw.still_running);
+            eprintln!("{}: {} job(s) still running: replayed with the time they ran so far", inv.ledger, lw.still_running);
         }
         if lw.workload.jobs.is_empty() {
-            bail!("nothing could be simulated: the ledger {} has no job with GPUs and a runtime submitted since {}", inv.ledger.display(), allot_cli::format_time(lw.actual.from));
+            bail!("nothing could be simulated: the ledger {} has no job with GPUs and a runtime submitted since {}", inv.ledger, allot_cli::format_time(lw.actual.from));
         }
         Some((inv.ledger, lw))
     } else {
         None
     };
     let path: PathBuf = match (&from_ledger, a.workload.as_ref()) {
-        (Some((ledger, _)), _) => ledger.clone(),
+        // The ledger's name labels the workload in the output.
+        (Some((ledger, _)), _) => PathBuf::from(ledger.to_string()),
         (None, Some(p)) => p.clone(),
         (None, None) => bail!("give a workload CSV or --from-ledger"),
     };
@@ -518,7 +519,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     let reports: Vec<metrics::Report> = sims.iter().map(|(_, s)| s.report.clone()).collect();
     print!("{}", metrics::table(&reports));
     if let Some((ledger, lw)) = &from_ledger {
-        println!("\nwhat actually happened ({}, {} to {}) against the simulation of the same jobs:", ledger.display(), allot_cli::format_time(lw.actual.from), allot_cli::format_time(lw.actual.to));
+        println!("\nwhat actually happened ({}, {} to {}) against the simulation of the same jobs:", ledger, allot_cli::format_time(lw.actual.from), allot_cli::format_time(lw.actual.to));
         print!("{}", allot_cli::cluster_report::side_by_side(&lw.actual, &reports));
     }
     if let Some(j) = &a.json {

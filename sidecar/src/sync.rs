@@ -4,6 +4,7 @@
 //! Nothing touches the ledger until the file is valid and every change is
 //! permitted: a bad file or a refused change leaves it byte for byte as it was.
 
+use allot_ledger::Location;
 use std::path::Path;
 
 use allot::budget::{BudgetErrors, BudgetTree};
@@ -53,8 +54,12 @@ pub fn authorize(new: &BudgetTree, current: Option<Replaced<'_>>, actor: &Actor)
 
 /// Checks, without writing anything, that `actor` may sync `new` over the
 /// ledger's current version (`allot sync --check`).
-pub fn check(ledger: &Path, new: &BudgetTree, actor: &Actor) -> Result<(), SyncError> {
-    let current = if ledger.exists() { Ledger::open_read_only(ledger)?.current_budget()? } else { None };
+pub fn check(ledger: &Location, new: &BudgetTree, actor: &Actor) -> Result<(), SyncError> {
+    let current = match Ledger::connect_read_only(ledger) {
+        Ok(l) => l.current_budget()?,
+        Err(LedgerError::Missing { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
     let parsed = current.as_ref().map(|v| (v.version, v.tree()));
     authorize(new, parsed.as_ref().map(|(version, tree)| Replaced { version: *version, tree: tree.as_ref() }), actor).map_err(SyncError::Refused)
 }
@@ -62,29 +67,30 @@ pub fn check(ledger: &Path, new: &BudgetTree, actor: &Actor) -> Result<(), SyncE
 /// Validates, authorizes and writes `text` as a new version. The permission
 /// check runs inside the write transaction, against the very version the
 /// new one replaces.
-pub fn sync_text(ledger: &Path, text: &str, source: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
+pub fn sync_text(ledger: &Location, text: &str, source: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
     sync_text_from(ledger, text, source, source, actor, now)
 }
 
 /// [`sync_text`], naming the file `shown` in messages and recording it in
 /// the ledger as `recorded` (the absolute path `allot budget` edits later).
-pub fn sync_text_from(ledger: &Path, text: &str, shown: &str, recorded: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
+pub fn sync_text_from(ledger: &Location, text: &str, shown: &str, recorded: &str, actor: &Actor, now: i64) -> Result<SyncOutcome, SyncError> {
     let tree = validate(text, shown)?;
-    if let Err(problem) = allot_ledger::health::preflight(ledger) {
-        return Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger)));
+    if let Some(path) = ledger.file() {
+        if let Err(problem) = allot_ledger::health::preflight(path) {
+            return Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, path)));
+        }
+        if !path.exists() {
+            // Refuse before creating anything.
+            authorize(&tree, None, actor).map_err(SyncError::Refused)?;
+            create_ledger_file(path, crate::identity::ledger_owner()).map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", path.display())))?;
+        }
     }
-    if !ledger.exists() {
-        // Refuse before creating anything.
-        authorize(&tree, None, actor).map_err(SyncError::Refused)?;
-        create_ledger_file(ledger, crate::identity::ledger_owner())
-            .map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", ledger.display())))?;
-    }
-    let mut l = Ledger::open(ledger)?;
+    let mut l = Ledger::connect(ledger, true)?;
     match l.sync_budget_authorized(text, &tree, &actor.name, recorded, now, |current| authorize(&tree, current, actor)) {
         Err(LedgerError::Refused(why)) => Err(SyncError::Refused(why)),
         Err(e) => match allot_ledger::health::classify(&e).filter(allot_ledger::health::Problem::has_advice) {
-            Some(problem) => Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger))),
-            None => Err(e.into()),
+            Some(problem) if ledger.file().is_some() => Err(SyncError::Unhealthy(crate::ledger_cmd::explain(&problem, ledger.file().expect("a file")))),
+            Some(_) | None => Err(e.into()),
         },
         Ok(outcome) => Ok(outcome),
     }
@@ -115,10 +121,10 @@ pub fn create_ledger_file(path: &Path, owner: Option<(u32, u32)>) -> std::io::Re
 }
 
 /// Prints what a sync did.
-pub fn report(outcome: &SyncOutcome, ledger: &Path) {
+pub fn report(outcome: &SyncOutcome, ledger: &Location) {
     match outcome {
         SyncOutcome::Written { version, changes } => {
-            println!("synced budget version {version} into {}", ledger.display());
+            println!("synced budget version {version} into {}", ledger);
             for c in changes {
                 println!("  {c}");
             }

@@ -6,6 +6,7 @@
 //! A bad edit is reported and skipped; the ledger keeps the last good
 //! version, and the watcher keeps watching.
 
+use allot_ledger::Location;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -20,7 +21,7 @@ use crate::sync::{report, sync_text};
 const SETTLE: Duration = Duration::from_millis(300);
 
 /// Watches `file` and syncs it into `ledger` on behalf of `actor`.
-pub fn run(ledger: &Path, file: &Path, actor: &Actor) -> anyhow::Result<()> {
+pub fn run(ledger: &Location, file: &Path, actor: &Actor) -> anyhow::Result<()> {
     let file = std::path::absolute(file).with_context(|| format!("cannot resolve {}", file.display()))?;
     // Watch the directory, not the file: editors replace files by renaming,
     // which would orphan a watch on the old inode.
@@ -31,7 +32,7 @@ pub fn run(ledger: &Path, file: &Path, actor: &Actor) -> anyhow::Result<()> {
         let _ = tx.send(event);
     })?;
     watcher.watch(&dir, RecursiveMode::NonRecursive).with_context(|| format!("cannot watch {}", dir.display()))?;
-    eprintln!("allot watch: watching {} for changes (ledger {})", file.display(), ledger.display());
+    eprintln!("allot watch: watching {} for changes (ledger {})", file.display(), ledger);
     sync_once(ledger, &file, &actor);
     loop {
         let event = rx.recv().context("the file watcher stopped")?;
@@ -65,7 +66,7 @@ fn touches(event: &notify::Result<notify::Event>, file: &Path) -> bool {
     }
 }
 
-fn sync_once(ledger: &Path, file: &Path, actor: &Actor) {
+fn sync_once(ledger: &Location, file: &Path, actor: &Actor) {
     let name = file.display().to_string();
     let text = match std::fs::read_to_string(file) {
         Ok(t) => t,

@@ -71,17 +71,17 @@ proptest! {
     #[test]
     fn refused_files_leave_the_ledger_unchanged(corruptions in prop::collection::vec(arb_corruption(), 1..4)) {
         let dir = tempfile::tempdir().unwrap();
-        let ledger = dir.path().join("ledger.db");
+        let ledger = allot_ledger::Location::File(dir.path().join("ledger.db"));
         let admin = Actor { name: "root".into(), is_admin: true };
         sync_text(&ledger, EXAMPLE, "budgets.toml", &admin, 1).unwrap();
-        let before = fingerprint(&ledger);
+        let before = fingerprint(ledger.file().unwrap());
         let text = corruptions.iter().fold(EXAMPLE.to_owned(), |t, c| corrupt(&t, c));
         match sync_text(&ledger, &text, "bad.toml", &admin, 2) {
             Ok(_) => {}
             Err(SyncError::Invalid { errors, rendered, .. }) => {
                 prop_assert!(!errors.0.is_empty());
                 prop_assert!(rendered.starts_with("bad.toml"), "{}", rendered);
-                prop_assert_eq!(fingerprint(&ledger), before);
+                prop_assert_eq!(fingerprint(ledger.file().unwrap()), before);
             }
             Err(other) => prop_assert!(false, "unexpected error: {}", other),
         }

@@ -67,7 +67,7 @@ impl Plugin for JobSubmitAllot {
     fn init() -> Result<Self, String> {
         let conf = allot_slurm::load_allot_conf()?;
         let follower = if allot_slurm::ctld::in_slurmctld() {
-            Some(FollowerThread::start("allot-submit", &conf.ledger_path, allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+            Some(FollowerThread::start("allot-submit", &conf.ledger, allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
         } else {
             None
         };
@@ -125,13 +125,13 @@ impl JobSubmitAllot {
         let copy = allot_slurm::last_good_path().map_or_else(|| "StateSaveLocation is not set".to_owned(), |p| p.display().to_string());
         log::error!(
             "refusing a submission: no budget can be read from the ledger {} and there is no usable last good copy ({copy}); run `allot doctor`",
-            self.conf.ledger_path.display()
+            self.conf.ledger
         );
         Err(Refusal {
             code: sys::ESLURM_INVALID_ACCOUNT as i32,
             message: format!(
                 "allot: jobs cannot be checked against the budget right now (slurmctld can read no budget from its ledger {}), so none is accepted; please tell your cluster's admins, who can run `allot doctor` and `allot sync BUDGET.toml`",
-                self.conf.ledger_path.display()
+                self.conf.ledger
             ),
         })
     }

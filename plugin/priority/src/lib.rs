@@ -54,7 +54,7 @@ impl Plugin for PriorityAllot {
             log::info!(
                 "{}: ledger {}, recompute every {} s",
                 allot::BUILD,
-                conf.ledger_path.display(),
+                conf.ledger,
                 conf.recompute_period.as_secs()
             );
             let jobcomp = allot_slurm::jobcomp_type().unwrap_or_default();
@@ -63,7 +63,7 @@ impl Plugin for PriorityAllot {
                     "JobCompType is {jobcomp:?}, not jobcomp/allot: runs are charged only as the recompute thread sees them, so runs shorter than RecomputePeriod can go uncharged"
                 );
             }
-            worker = Some((Worker::new(conf.ledger_path.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone()), ctld));
+            worker = Some((Worker::new(conf.ledger.clone(), conf.recompute_period, order.clone(), signal.clone(), run_ends.clone()), ctld));
         }
         Ok(PriorityAllot { order, signal, run_ends, worker: Mutex::new(worker), thread: Mutex::new(None) })
     }

@@ -28,7 +28,7 @@ use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot::occupancy::usage_in_window;
 use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
-use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Period, UsageSnapshot};
+use allot_ledger::{Location, ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
 use allot_slurm::policy::{contract_of, contract_of_comment, leaf_of, pending_job, running_job};
@@ -274,9 +274,9 @@ impl UserNames {
 }
 
 impl Worker {
-    pub fn new(ledger_path: PathBuf, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>, run_ends: Arc<RunEnds>) -> Worker {
+    pub fn new(ledger: Location, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>, run_ends: Arc<RunEnds>) -> Worker {
         let last_good = allot_slurm::last_good_path();
-        let follower = Follower::new(&ledger_path, last_good.clone());
+        let follower = Follower::new(ledger.clone(), last_good.clone());
         Worker {
             last_good,
             period,
@@ -284,7 +284,7 @@ impl Worker {
             signal,
             run_ends,
             follower,
-            writer: LedgerFile::writable(&ledger_path),
+            writer: LedgerFile::writable(ledger),
             writer_problems: ProblemLog::default(),
             copy_problems: ProblemLog::default(),
             book: None,
@@ -368,7 +368,7 @@ impl Worker {
                     self.book_loaded = true;
                 }
                 Err(e) if self.book.is_none() => {
-                    log::error!("cannot read past runs from {}: {e}; counting usage from now on, and adding the ledger's runs once it can be read", self.writer.path().display());
+                    log::error!("cannot read past runs from {}: {e}; counting usage from now on, and adding the ledger's runs once it can be read", self.writer.location());
                     self.writer.close();
                     self.book = Some(RunBook::default());
                 }
@@ -719,7 +719,7 @@ impl Worker {
     /// from (allot_slurm::last_good), after what it holds is in the ledger.
     fn write_last_good(&mut self, snapshot: Option<&UsageSnapshot>) {
         let (Some(path), Some(snapshot), Some((version, toml))) = (self.last_good.as_ref(), snapshot, self.follower.budget_source()) else { return };
-        let copy = LastGood::new(allot_slurm::now(), self.writer.path(), version, &toml, Some(snapshot));
+        let copy = LastGood::new(allot_slurm::now(), self.writer.location(), version, &toml, Some(snapshot));
         let result = copy.write(path);
         self.copy_problems.report("writing the last good copy", result);
     }
@@ -730,7 +730,7 @@ impl Worker {
             // Another file than the one the book's runs went to (deleted and
             // re-created, recovered, restored from a backup): write the
             // whole window again, and every listed job's contract.
-            log::warn!("the ledger {} was replaced: writing the runs of the whole window again", self.writer.path().display());
+            log::warn!("the ledger {} was replaced: writing the runs of the whole window again", self.writer.location());
             if let Some(b) = self.book.as_mut() {
                 b.rewrite_all();
             }

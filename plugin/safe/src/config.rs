@@ -8,11 +8,14 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use allot_ledger::Location;
+
 /// The plugins' settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AllotConf {
-    /// Where the ledger lives.
-    pub ledger_path: PathBuf,
+    /// Where the ledger lives: `LedgerPath` (a SQLite file) or `LedgerUrl`
+    /// (a MariaDB/MySQL server).
+    pub ledger: Location,
     /// How often the priority plugin recomputes the order.
     pub recompute_period: Duration,
     /// Seconds between the preemption signal and the kill; `None`: use the
@@ -32,7 +35,7 @@ pub struct AllotConf {
 impl Default for AllotConf {
     fn default() -> Self {
         AllotConf {
-            ledger_path: PathBuf::from("/var/lib/allot/ledger.db"),
+            ledger: Location::File(PathBuf::from(allot_ledger::DEFAULT_LEDGER_PATH)),
             recompute_period: Duration::from_secs(30),
             grace_time: None,
             refuse_unknown_accounts: true,
@@ -59,7 +62,7 @@ impl fmt::Display for ConfError {
     }
 }
 
-const KEYS: [&str; 5] = ["LedgerPath", "RecomputePeriod", "GraceTime", "RefuseUnknownAccounts", "SmallJobPartition"];
+const KEYS: [&str; 6] = ["LedgerPath", "LedgerUrl", "RecomputePeriod", "GraceTime", "RefuseUnknownAccounts", "SmallJobPartition"];
 
 impl AllotConf {
     /// `allot.conf` in the directory of `slurm_conf` (the path of slurm.conf).
@@ -103,13 +106,21 @@ impl AllotConf {
             }
             seen.push(canonical);
             match canonical {
+                "LedgerPath" | "LedgerUrl" if seen.contains(&"LedgerPath") && seen.contains(&"LedgerUrl") => {
+                    error("LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both".to_owned());
+                }
                 "LedgerPath" => {
                     if value.is_empty() || !value.starts_with('/') {
                         error(format!("LedgerPath must be an absolute path, got '{value}'"));
                     } else {
-                        conf.ledger_path = PathBuf::from(value);
+                        conf.ledger = Location::File(PathBuf::from(value));
                     }
                 }
+                "LedgerUrl" => match Location::parse(value) {
+                    Ok(l @ Location::Server(_)) => conf.ledger = l,
+                    Ok(Location::File(_)) => error("LedgerUrl must be a mysql:// (mariadb://) URL; a file is LedgerPath".to_owned()),
+                    Err(e) => error(format!("LedgerUrl: {e}")),
+                },
                 "RecomputePeriod" => match value.parse::<u64>() {
                     Ok(s) if (1..=3600).contains(&s) => conf.recompute_period = Duration::from_secs(s),
                     _ => error(format!("RecomputePeriod must be whole seconds from 1 to 3600, got '{value}'")),
@@ -151,7 +162,7 @@ mod tests {
     fn reads_the_shipped_template() {
         let text = include_str!("../../../conf/allot.conf");
         let conf = AllotConf::parse(text, Path::new("allot.conf")).unwrap();
-        assert_eq!(conf.ledger_path, PathBuf::from("/var/lib/allot/ledger.db"));
+        assert_eq!(conf.ledger, Location::File(PathBuf::from("/var/lib/allot/ledger.db")));
         assert_eq!(conf.recompute_period, Duration::from_secs(30));
         assert_eq!(conf.grace_time, Some(30));
         assert!(conf.refuse_unknown_accounts);
@@ -177,6 +188,20 @@ mod tests {
         assert!(lines[2].contains(":5: RefuseUnknownAccounts must be yes or no"), "{}", lines[2]);
         assert!(lines[3].contains(":6: LedgerPath is set twice"), "{}", lines[3]);
         assert!(lines[4].contains(":7: expected Key=Value"), "{}", lines[4]);
+    }
+
+    #[test]
+    fn a_server_ledger_is_a_url_without_its_password() {
+        let conf = AllotConf::parse("LedgerUrl=mysql://allot@db/allot?password_file=/etc/slurm/allot-ledger.pass\n", Path::new("a.conf")).unwrap();
+        assert!(conf.ledger.is_server());
+        assert_eq!(conf.ledger.to_string(), "mysql://allot@db/allot?password_file=/etc/slurm/allot-ledger.pass");
+        let e = AllotConf::parse("LedgerUrl=mysql://allot:hunter2@db/allot\n", Path::new("a.conf")).unwrap_err();
+        assert!(e[0].to_string().starts_with("a.conf:1: LedgerUrl: ") && e[0].to_string().contains("carries a password"), "{}", e[0]);
+        assert!(!e[0].to_string().contains("hunter2"));
+        let e = AllotConf::parse("LedgerPath=/x.db\nLedgerUrl=mysql://allot@db/allot\n", Path::new("a.conf")).unwrap_err();
+        assert_eq!(e[0].to_string(), "a.conf:2: LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both");
+        let e = AllotConf::parse("LedgerUrl=/var/lib/allot/ledger.db\n", Path::new("a.conf")).unwrap_err();
+        assert!(e[0].to_string().contains("a file is LedgerPath"), "{}", e[0]);
     }
 
     #[test]

@@ -72,11 +72,11 @@ pub fn path_in(state_save_location: &Path) -> PathBuf {
 }
 
 impl LastGood {
-    pub fn new(written_at: i64, ledger: &Path, budget_version: i64, budget_toml: &str, usage: Option<&UsageSnapshot>) -> LastGood {
+    pub fn new(written_at: i64, ledger: &allot_ledger::Location, budget_version: i64, budget_toml: &str, usage: Option<&UsageSnapshot>) -> LastGood {
         LastGood {
             format: FORMAT,
             written_at,
-            ledger: ledger.display().to_string(),
+            ledger: ledger.to_string(),
             budget_version,
             budget_toml: budget_toml.to_owned(),
             usage: usage.map(UsageCopy::of),
@@ -123,7 +123,7 @@ mod tests {
         let path = path_in(dir.path());
         assert_eq!(LastGood::read(&path).unwrap(), None, "no copy yet");
         let usage = UsageSnapshot { computed_at: 7, budget_version: 3, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5 }] };
-        let copy = LastGood::new(9, Path::new("/var/lib/allot/ledger.db"), 3, BUDGET, Some(&usage));
+        let copy = LastGood::new(9, &allot_ledger::Location::File("/var/lib/allot/ledger.db".into()), 3, BUDGET, Some(&usage));
         copy.write(&path).unwrap();
         let (back, tree) = LastGood::read(&path).unwrap().unwrap();
         assert_eq!(back, copy);

@@ -52,7 +52,7 @@ pub fn load_allot_conf() -> Result<config::AllotConf, String> {
     let path = config::AllotConf::path_beside(std::path::Path::new(&slurm_conf));
     let conf = config::AllotConf::load(&path).map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))?;
     if conf.source.is_none() {
-        log::info!("no {} found; using defaults (ledger {})", path.display(), conf.ledger_path.display());
+        log::info!("no {} found; using defaults (ledger {})", path.display(), conf.ledger);
     }
     Ok(conf)
 }

@@ -19,7 +19,7 @@ use allot::budget::BudgetTree;
 use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot_ledger::health::Header;
-use allot_ledger::{Ledger, UsageSnapshot};
+use allot_ledger::{Ledger, Location, UsageSnapshot};
 use arc_swap::ArcSwapOption;
 
 use crate::last_good::LastGood;
@@ -78,14 +78,16 @@ impl ProblemLog {
     }
 }
 
-/// The ledger file at a path, with a connection that follows the file: a
-/// ledger replaced or deleted under us is reopened, since a connection to an
-/// unlinked file would go on using a ledger nobody else sees.
+/// The ledger, with a connection that follows it. A file: a ledger
+/// replaced or deleted under us is reopened, since a connection to an
+/// unlinked file would go on using a ledger nobody else sees. A server:
+/// reconnected after any error (`close`).
 pub struct LedgerFile {
-    path: PathBuf,
+    location: Location,
     writable: bool,
     /// The connection, the inode of the file it was opened on, and that of
-    /// the write-ahead log it writes to once there is one.
+    /// the write-ahead log it writes to once there is one (0 and `None` on
+    /// a server).
     open: Option<(Ledger, u64, Option<u64>)>,
     /// Counts openings: what was read under another one may come from
     /// another file (a deleted file's inode number may be reused).
@@ -134,40 +136,56 @@ fn inode(path: &Path) -> Option<u64> {
 }
 
 impl LedgerFile {
-    /// For reading: the file must exist.
-    pub fn read_only(path: impl Into<PathBuf>) -> LedgerFile {
-        LedgerFile { path: path.into(), writable: false, open: None, generation: 0 }
+    /// For reading: the file (or the server's schema) must exist.
+    pub fn read_only(location: impl Into<Location>) -> LedgerFile {
+        LedgerFile { location: location.into(), writable: false, open: None, generation: 0 }
     }
-    /// For writing: a missing file is created (empty, no budget).
-    pub fn writable(path: impl Into<PathBuf>) -> LedgerFile {
-        LedgerFile { path: path.into(), writable: true, open: None, generation: 0 }
+    /// For writing: a missing file is created (empty, no budget); a
+    /// server's schema is created or migrated.
+    pub fn writable(location: impl Into<Location>) -> LedgerFile {
+        LedgerFile { location: location.into(), writable: true, open: None, generation: 0 }
     }
-    pub fn path(&self) -> &Path {
-        &self.path
+    pub fn location(&self) -> &Location {
+        &self.location
     }
 
     /// The connection, (re)opened if needed, and its generation: after a
     /// reopening the file may be another, whose version numbers are a
     /// different history.
     pub fn get(&mut self) -> Result<(&mut Ledger, u64), String> {
-        let now_inode = inode(&self.path);
+        let path = match &self.location {
+            Location::File(path) => path.clone(),
+            Location::Server(_) => {
+                if self.open.is_none() {
+                    // Connecting to a dead server takes at most
+                    // SERVER_CONNECT_TIMEOUT, on this thread, never on
+                    // slurmctld's locked paths.
+                    let ledger = Ledger::connect(&self.location, self.writable).map_err(|e| e.to_string())?;
+                    self.open = Some((ledger, 0, None));
+                    self.generation += 1;
+                }
+                let (ledger, _, _) = self.open.as_mut().expect("opened above");
+                return Ok((ledger, self.generation));
+            }
+        };
+        let now_inode = inode(&path);
         if self.open.as_ref().is_some_and(|(_, ino, _)| Some(*ino) != now_inode) {
             self.open = None;
         }
         // A file overwritten in place keeps its inode: its first bytes tell.
         // (SQLite would go on using its cached pages and its WAL, and the
         // runs written meanwhile would be lost with the file.)
-        if let Ok(Header::NotSqlite) = header_kept_open(&self.path) {
+        if let Ok(Header::NotSqlite) = header_kept_open(&path) {
             self.open = None;
             return Err(format!(
                 "{} is not a SQLite database any more (overwritten?); nothing is written to it. Move it aside with `allot ledger recover`: the runs kept in memory are then written to the new ledger",
-                self.path.display()
+                path.display()
             ));
         }
         // A write-ahead log deleted or replaced under an open connection
         // takes every later write with it: reopen (the caller writes again
         // what the lost log held, see the priority plugin's worker).
-        let wal = wal_path(&self.path);
+        let wal = wal_path(&path);
         if let Some((_, _, wal_inode)) = self.open.as_mut() {
             match (*wal_inode, inode(&wal)) {
                 (Some(was), now) if now != Some(was) => {
@@ -179,14 +197,23 @@ impl LedgerFile {
             }
         }
         if self.open.is_none() {
-            let ledger = if self.writable { Ledger::open(&self.path) } else { Ledger::open_read_only(&self.path) }.map_err(|e| e.to_string())?;
+            let ledger = if self.writable { Ledger::open(&path) } else { Ledger::open_read_only(&path) }.map_err(|e| e.to_string())?;
             ledger.no_checkpoint_on_close().map_err(|e| e.to_string())?;
-            let ino = inode(&self.path).ok_or_else(|| format!("{} vanished while opening it", self.path.display()))?;
+            let ino = inode(&path).ok_or_else(|| format!("{} vanished while opening it", path.display()))?;
             self.open = Some((ledger, ino, inode(&wal)));
             self.generation += 1;
         }
         let (ledger, _, _) = self.open.as_mut().expect("opened above");
         Ok((ledger, self.generation))
+    }
+
+    /// After a failed read from a server: drop the connection, which may be
+    /// dead (server restarted, network cut), so the next `get` reconnects.
+    /// (A file's connection is reopened when the file changes; see `get`.)
+    pub fn close_if_server_failed<T>(&mut self, result: &Result<T, String>) {
+        if result.is_err() && self.location.is_server() {
+            self.open = None;
+        }
     }
 
     /// Drops the connection (after an error): the next `get` reopens it.
@@ -216,7 +243,7 @@ pub struct Follower {
 impl Follower {
     /// Follows the ledger at `path`; `last_good`: the copy to fall back on
     /// when no budget could be read from it since this process started.
-    pub fn new(path: impl Into<PathBuf>, last_good: Option<PathBuf>) -> Follower {
+    pub fn new(path: impl Into<Location>, last_good: Option<PathBuf>) -> Follower {
         Follower {
             ledger: LedgerFile::read_only(path),
             seen: None,
@@ -238,6 +265,7 @@ impl Follower {
     /// Returns whether it did.
     pub fn refresh(&mut self) -> bool {
         let result = self.try_refresh();
+        self.ledger.close_if_server_failed(&result);
         let mut changed = *result.as_ref().unwrap_or(&false);
         if result.is_err() {
             changed |= self.fall_back_to_copy();
@@ -251,6 +279,7 @@ impl Follower {
     /// good ones if the ledger cannot be read.
     pub fn refresh_budget(&mut self) -> Option<(i64, Arc<BudgetTree>)> {
         let result = self.read_budget().map(|_| ());
+        self.ledger.close_if_server_failed(&result);
         if result.is_ok() {
             self.copy = None;
         } else {
@@ -290,7 +319,7 @@ impl Follower {
         };
         log::warn!(
             "no budget can be read from the ledger {}: deciding from the last good copy {} (budget version {}, written {} s ago) until one can",
-            self.ledger.path().display(),
+            self.ledger.location(),
             path.display(),
             copy.budget_version,
             crate::now() - copy.written_at
@@ -320,7 +349,7 @@ impl Follower {
         let (ledger, generation) = self.ledger.get()?;
         let version = ledger.current_budget_version().map_err(|e| e.to_string())?;
         let Some(version) = version else {
-            return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.ledger.path().display()));
+            return Err(format!("{} holds no budget yet (sync one with `allot sync`)", self.ledger.location()));
         };
         if let Some((key, tree, _)) = &self.tree {
             if *key == (generation, version) {
@@ -370,8 +399,8 @@ pub struct FollowerThread {
 impl FollowerThread {
     /// Reads the ledger once right away (so the first callbacks have a
     /// snapshot), then every `period` on a thread named `name`.
-    pub fn start(name: &str, path: &Path, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
-        let mut follower = Follower::new(path, last_good);
+    pub fn start(name: &str, path: &Location, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
+        let mut follower = Follower::new(path.clone(), last_good);
         follower.refresh();
         let published = follower.handle();
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -489,7 +518,7 @@ mod tests {
 
         // A copy where b used a lot: a ranks first, from the copy.
         let usage = UsageSnapshot { computed_at: 50, budget_version: 4, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0 }] };
-        LastGood::new(60, &path, 4, BUDGET, Some(&usage)).write(&copy_path).unwrap();
+        LastGood::new(60, &(&path).into(), 4, BUDGET, Some(&usage)).write(&copy_path).unwrap();
         assert!(f.refresh());
         let s = f.handle().load_full().unwrap();
         assert_eq!((s.budget_version, s.usage_at, s.from_copy), (4, 50, Some(60)));
