@@ -28,6 +28,8 @@ pub mod health;
 mod location;
 mod runs;
 mod snapshot;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 use db::{params, Conn, Dialect};
 pub use db::DbError;

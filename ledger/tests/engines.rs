@@ -9,100 +9,10 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use allot::budget::BudgetTree;
+use allot_ledger::testing::MariaDb;
 use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, LedgerError, Location, Period, RunRow, RunUpdate, SyncOutcome, UsageSnapshot};
-
-/// A private MariaDB server: its own data directory and socket, no TCP.
-struct MariaDb {
-    dir: tempfile::TempDir,
-    child: Child,
-}
-
-impl MariaDb {
-    fn start() -> MariaDb {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        let socket = dir.path().join("mysqld.sock");
-        // `allot` writes (password file 0600), `reader` may only read.
-        let accounts = "CREATE USER 'allot'@'localhost' IDENTIFIED BY 'w-secret';\n\
-             GRANT ALL ON *.* TO 'allot'@'localhost';\n\
-             CREATE USER 'reader'@'localhost' IDENTIFIED BY 'r-secret';\n\
-             GRANT SELECT ON *.* TO 'reader'@'localhost';\n";
-        let root = nix::unistd::Uid::effective().is_root();
-        let user = if root { vec!["--user=root".to_owned()] } else { vec![] };
-        let common = ["--no-defaults".to_owned(), format!("--datadir={}", data.display())];
-        let status = Command::new("mariadb-install-db")
-            .args(&common)
-            .args(&user)
-            // root logs in over the socket as whoever runs the test.
-            .arg(format!("--auth-root-socket-user={}", nix::unistd::User::from_uid(nix::unistd::Uid::effective()).unwrap().unwrap().name))
-            .args(["--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve", "--force"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db (Debian's mariadb-server) must be installed: scripts/install-deps.sh --accounting");
-        assert!(status.success(), "mariadb-install-db failed");
-        let child = Command::new("mariadbd")
-            .args(&common)
-            .args(&user)
-            .arg(format!("--socket={}", socket.display()))
-            .args(["--skip-networking", "--skip-name-resolve", "--innodb-log-file-size=4M", "--innodb-buffer-pool-size=32M"])
-            .arg(format!("--pid-file={}", dir.path().join("mariadbd.pid").display()))
-            .arg(format!("--log-error={}", dir.path().join("mariadbd.log").display()))
-            .spawn()
-            .expect("mariadbd");
-        let server = MariaDb { dir, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while !socket.exists() {
-            assert!(Instant::now() < deadline, "mariadbd did not start: {}", std::fs::read_to_string(server.dir.path().join("mariadbd.log")).unwrap_or_default());
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        assert!(server.sql(accounts).success(), "creating the test accounts failed");
-        for (name, secret) in [("writer.pass", "w-secret\n"), ("reader.pass", "r-secret\n")] {
-            let p = server.dir.path().join(name);
-            std::fs::write(&p, secret).unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(if name == "reader.pass" { 0o644 } else { 0o600 })).unwrap();
-        }
-        server
-    }
-
-    /// Runs SQL as the server's root (the `mariadb` client, over the socket).
-    fn sql(&self, sql: &str) -> std::process::ExitStatus {
-        Command::new("mariadb")
-            .args(["--no-defaults", &format!("--socket={}", self.dir.path().join("mysqld.sock").display()), "-uroot", "-e", sql])
-            .status()
-            .expect("the mariadb client")
-    }
-
-    fn url(&self, user: &str, database: &str) -> String {
-        let pass = self.dir.path().join(if user == "reader" { "reader.pass" } else { "writer.pass" });
-        format!("mysql://{user}@localhost/{database}?socket={}&password_file={}", self.dir.path().join("mysqld.sock").display(), pass.display())
-    }
-
-    /// A new, empty database for one case.
-    fn database(&self, name: &str) -> Engine {
-        assert!(self.sql(&format!("CREATE DATABASE `{name}`")).success());
-        Engine::Server { writer: self.url("allot", name), reader: self.url("reader", name) }
-    }
-}
-
-impl Drop for MariaDb {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Where one case's ledger lives.
 enum Engine {
@@ -113,6 +23,10 @@ enum Engine {
 impl Engine {
     fn file() -> Engine {
         Engine::File(tempfile::tempdir().unwrap())
+    }
+    fn server(server: &MariaDb, database: &str) -> Engine {
+        server.create_database(database);
+        Engine::Server { writer: server.url("allot", database), reader: server.url("reader", database) }
     }
     fn path(dir: &Path) -> PathBuf {
         dir.join("ledger.db")
@@ -338,14 +252,14 @@ fn every_case_on_a_mariadb_server() {
     let server = MariaDb::start();
     for (i, (name, case)) in CASES.iter().enumerate() {
         eprintln!("mariadb: {name}");
-        case(&server.database(&format!("case{i}")));
+        case(&Engine::server(&server, &format!("case{i}")));
     }
     server_only_checks(&server);
 }
 
 /// What only a server has: accounts, grants, a schema another allot wrote.
 fn server_only_checks(server: &MariaDb) {
-    let e = server.database("serveronly");
+    let e = Engine::server(server, "serveronly");
     drop(e.writer());
     // The read-only account reads, and its writes are refused by the server.
     let mut r = e.reader().unwrap();
@@ -354,14 +268,14 @@ fn server_only_checks(server: &MariaDb) {
     assert!(err.to_string().contains("denied"), "{err}");
     // A wrong password: the server's refusal, never the password.
     let Engine::Server { writer, .. } = &e else { unreachable!() };
-    let wrong = server.dir.path().join("wrong.pass");
+    let wrong = server.dir().join("wrong.pass");
     std::fs::write(&wrong, "not-it\n").unwrap();
     std::fs::set_permissions(&wrong, std::fs::Permissions::from_mode(0o600)).unwrap();
     let url = writer.replace("writer.pass", "wrong.pass");
     let err = Ledger::connect(&Location::parse(&url).unwrap(), true).err().unwrap().to_string();
     assert!(err.contains("Access denied") && !err.contains("not-it") && !err.contains("w-secret"), "{err}");
     // A writer's password file readable by everyone is refused before connecting.
-    let open = server.dir.path().join("reader.pass");
+    let open = server.dir().join("reader.pass");
     let err = Ledger::connect(&Location::parse(&writer.replace("writer.pass", "reader.pass")).unwrap(), true).err().unwrap().to_string();
     assert!(err.contains("readable by every user") && err.contains(&open.display().to_string()), "{err}");
     // A schema from a newer allot is refused, not misread.

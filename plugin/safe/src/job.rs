@@ -321,7 +321,7 @@ impl<'a> Job<'a> {
         }
         // SAFETY: node_bitmap is the job's non-NULL bitstring, valid while the record is (job lock held).
         let (first, last) = unsafe { (sys::slurm_bit_ffs(bitmap), sys::slurm_bit_fls(bitmap)) };
-        (first >= 0 && last >= first).then(|| first as usize..=last as usize)
+        (first >= 0 && last >= first).then_some(first as usize..=last as usize)
     }
 
     /// Whether the job holds node number `index` (of slurmctld's node table).

@@ -222,6 +222,9 @@ impl LedgerFile {
     }
 }
 
+/// A budget as read: ((file generation, version), tree, the file's text).
+type KnownBudget = ((u64, i64), Arc<BudgetTree>, Arc<str>);
+
 /// Reads the ledger into snapshots.
 pub struct Follower {
     ledger: LedgerFile,
@@ -232,7 +235,7 @@ pub struct Follower {
     /// The last good budget: (file generation, version) it was read at
     /// (generation 0: the last good copy), and the budget file's text.
     /// Kept while the ledger is broken or gone, so scheduling goes on.
-    tree: Option<((u64, i64), Arc<BudgetTree>, Arc<str>)>,
+    tree: Option<KnownBudget>,
     /// Where the last good copy is (slurmctld's StateSaveLocation).
     last_good: Option<PathBuf>,
     /// The copy the budget came from, while it does.
