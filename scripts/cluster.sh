@@ -64,6 +64,9 @@
 #                     run end (`scontrol show job -o`, times in Unix seconds)
 #                     to DIR/log/run-ends.log: the reconciliation test's
 #                     ground truth.
+#   ALLOT_LEDGER_URL  a server ledger (mysql://...): LedgerUrl in allot.conf
+#                     instead of LedgerPath=DIR/ledger.db. The server is the
+#                     caller's (the cluster tests start a private MariaDB).
 #   CARGO_TARGET_DIR  where --plugins allot finds the built plugins (default:
 #                     the release's, scripts/release.sh RELEASE target).
 #
@@ -536,7 +539,12 @@ EOS
         printf '\n# ALLOT_RUN_LOG=1: every run end into log/run-ends.log\nEpilogSlurmctld=%s\n' "$INNER/etc/epilog-ctld.sh" >>"$CONF"
     fi
     cp "$repo_root/conf/allot.conf" "$ETC/allot.conf"
-    set_allot_key "$ETC/allot.conf" LedgerPath "$INNER/ledger.db"
+    if [[ -n ${ALLOT_LEDGER_URL:-} ]]; then
+        # '&' means the match in a sed replacement: the URL's own are escaped.
+        sed -i "s|^LedgerPath=.*|LedgerUrl=${ALLOT_LEDGER_URL//&/\\&}|" "$ETC/allot.conf"
+    else
+        set_allot_key "$ETC/allot.conf" LedgerPath "$INNER/ledger.db"
+    fi
     ((kept == 0)) || set_allot_key "$ETC/allot.conf" SmallJobPartition small
     if ((!shipped)); then
         set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"

@@ -12,14 +12,22 @@ use std::time::{Duration, Instant};
 /// A private MariaDB server: its own data directory and socket, no TCP.
 pub struct MariaDb {
     dir: tempfile::TempDir,
-    child: Child,
+    /// `None` while stopped ([`MariaDb::kill`]).
+    child: Option<Child>,
 }
 
 impl MariaDb {
+    /// A new server in a temporary directory.
     pub fn start() -> MariaDb {
-        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(&std::env::temp_dir())
+    }
+
+    /// A new server in a new directory under `parent` (for a chrooted test
+    /// cluster: a directory inside its root, so the daemons there reach
+    /// the socket).
+    pub fn start_in(parent: &Path) -> MariaDb {
+        let dir = tempfile::Builder::new().prefix("mariadb.").tempdir_in(parent).unwrap();
         let data = dir.path().join("data");
-        let socket = dir.path().join("mysqld.sock");
         // `allot` writes (password file 0600), `reader` may only read.
         let accounts = "CREATE USER 'allot'@'localhost' IDENTIFIED BY 'w-secret';\n\
              GRANT ALL ON *.* TO 'allot'@'localhost';\n\
@@ -39,6 +47,25 @@ impl MariaDb {
             .status()
             .expect("mariadb-install-db (Debian's mariadb-server) must be installed: scripts/install-deps.sh --accounting");
         assert!(status.success(), "mariadb-install-db failed");
+        let mut server = MariaDb { dir, child: None };
+        server.run();
+        assert!(server.sql(accounts).success(), "creating the test accounts failed");
+        for (name, secret) in [("writer.pass", "w-secret\n"), ("reader.pass", "r-secret\n")] {
+            let p = server.dir.path().join(name);
+            std::fs::write(&p, secret).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(if name == "reader.pass" { 0o644 } else { 0o600 })).unwrap();
+        }
+        server
+    }
+
+    /// Starts mariadbd on the data directory and waits for its socket.
+    fn run(&mut self) {
+        let dir = &self.dir;
+        let data = dir.path().join("data");
+        let socket = dir.path().join("mysqld.sock");
+        let root = nix::unistd::Uid::effective().is_root();
+        let user = if root { vec!["--user=root".to_owned()] } else { vec![] };
+        let common = ["--no-defaults".to_owned(), format!("--datadir={}", data.display())];
         let child = Command::new("mariadbd")
             .args(&common)
             .args(&user)
@@ -49,19 +76,28 @@ impl MariaDb {
             .stderr(Stdio::null())
             .spawn()
             .expect("mariadbd");
-        let server = MariaDb { dir, child };
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !socket.exists() {
-            assert!(Instant::now() < deadline, "mariadbd did not start: {}", std::fs::read_to_string(server.dir.path().join("mariadbd.log")).unwrap_or_default());
+            assert!(Instant::now() < deadline, "mariadbd did not start: {}", std::fs::read_to_string(dir.path().join("mariadbd.log")).unwrap_or_default());
             std::thread::sleep(Duration::from_millis(100));
         }
-        assert!(server.sql(accounts).success(), "creating the test accounts failed");
-        for (name, secret) in [("writer.pass", "w-secret\n"), ("reader.pass", "r-secret\n")] {
-            let p = server.dir.path().join(name);
-            std::fs::write(&p, secret).unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(if name == "reader.pass" { 0o644 } else { 0o600 })).unwrap();
+    }
+
+    /// Kills the server at once (SIGKILL: a crash, or the host lost), as a
+    /// fault test needs; [`MariaDb::restart`] brings it back on its data.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
         }
-        server
+        let _ = std::fs::remove_file(self.dir.path().join("mysqld.sock"));
+    }
+
+    /// Starts the server again on the same data (after [`MariaDb::kill`]).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.run();
     }
 
     /// Runs SQL as the server's root (the `mariadb` client, over the socket).
@@ -92,16 +128,17 @@ impl MariaDb {
 
 impl Drop for MariaDb {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        let Some(child) = self.child.as_mut() else { return };
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(_)) = child.try_wait() {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

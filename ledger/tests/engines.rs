@@ -249,12 +249,34 @@ fn every_case_on_a_sqlite_file() {
 #[test]
 #[ignore = "needs mariadbd (Debian's mariadb-server); scripts/test.sh installs it and runs this"]
 fn every_case_on_a_mariadb_server() {
-    let server = MariaDb::start();
+    let mut server = MariaDb::start();
     for (i, (name, case)) in CASES.iter().enumerate() {
         eprintln!("mariadb: {name}");
         case(&Engine::server(&server, &format!("case{i}")));
     }
     server_only_checks(&server);
+    a_server_that_dies_fails_fast_and_is_there_again_after_a_restart(&mut server);
+}
+
+/// The server killed under an open connection: every call fails (within
+/// the client's timeouts, never hanging), a new connection is refused
+/// while it is down, and after its restart everything committed is there.
+fn a_server_that_dies_fails_fast_and_is_there_again_after_a_restart(server: &mut MariaDb) {
+    let e = Engine::server(server, "restart");
+    let mut l = e.writer();
+    l.sync_budget(V1, &BudgetTree::parse(V1).unwrap(), "boss", "b.toml", 1).unwrap();
+    l.record_period(&Period { runs: vec![RunUpdate::Open(run(1, 10, 2, true))], ..Default::default() }).unwrap();
+    server.kill();
+    let t = std::time::Instant::now();
+    assert!(l.record_period(&Period { runs: vec![RunUpdate::Open(run(2, 20, 2, true))], ..Default::default() }).is_err());
+    assert!(l.current_budget_version().is_err());
+    let err = Ledger::connect(&e.location(true), true).err().expect("the server is down");
+    assert!(matches!(err, LedgerError::Server { .. }), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(10), "failing took {:?}", t.elapsed());
+    server.restart();
+    let r = e.reader().unwrap();
+    assert_eq!(r.current_budget_version().unwrap(), Some(1));
+    assert_eq!(r.open_runs().unwrap().iter().map(|r| r.job_id).collect::<Vec<_>>(), vec![1], "the write that failed left nothing");
 }
 
 /// What only a server has: accounts, grants, a schema another allot wrote.

@@ -129,17 +129,23 @@ pub struct Options {
     /// Nodes without GPUs (scripts/cluster.sh ALLOT_CPU_ONLY), for budgets
     /// that share CPUs.
     pub cpu_only: bool,
+    /// The ledger on a private MariaDB server (allot_ledger::testing) in
+    /// the cluster's directory, LedgerUrl in allot.conf, instead of a file.
+    pub server_ledger: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false }
     }
 }
 
 pub struct TestCluster {
     pub dir: PathBuf,
     pub name: String,
+    /// The ledger's server, with `Options::server_ledger`; dropped (stopped)
+    /// after the cluster.
+    server: Option<Mutex<allot_ledger::testing::MariaDb>>,
     _serial: MutexGuard<'static, ()>,
 }
 
@@ -226,7 +232,12 @@ impl TestCluster {
         std::fs::create_dir_all(&dir).unwrap();
         let budget_file = dir.join("budgets.toml");
         std::fs::write(&budget_file, budget).unwrap();
-        let cluster = TestCluster { dir, name: name.to_owned(), _serial: serial };
+        let server = options.server_ledger.then(|| {
+            let server = allot_ledger::testing::MariaDb::start_in(&dir);
+            server.create_database("allot");
+            Mutex::new(server)
+        });
+        let cluster = TestCluster { dir, name: name.to_owned(), server, _serial: serial };
         let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
         assert!(sync.status.success(), "allot sync: {}", text(&sync));
         let up = Command::new(repo().join("scripts/cluster.sh"))
@@ -238,6 +249,7 @@ impl TestCluster {
             .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
             .env("ALLOT_CPU_ONLY", if options.cpu_only { "1" } else { "0" })
             .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
+            .env("ALLOT_LEDGER_URL", cluster.server.as_ref().map(|_| cluster.ledger_url(true)).unwrap_or_default())
             .env("ALLOT_SLURM_RELEASE", &release.name)
             .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))
             .output()
@@ -255,8 +267,42 @@ impl TestCluster {
     pub fn inner(&self, path: &Path) -> PathBuf {
         Release::current().inner(path)
     }
+    /// The ledger file (a file ledger only).
     pub fn ledger_path(&self) -> PathBuf {
+        assert!(self.server.is_none(), "this cluster's ledger is on a server: use ledger_location()");
         self.dir.join("ledger.db")
+    }
+
+    /// The server ledger's URL as the host sees it, or (`inner`) as the
+    /// release's daemons do (its socket and password file inside the root).
+    pub fn ledger_url(&self, inner: bool) -> String {
+        let server = self.server.as_ref().expect("a server ledger").lock().unwrap_or_else(|p| p.into_inner());
+        let url = server.url("allot", "allot");
+        if !inner {
+            return url;
+        }
+        let dir = server.dir().to_str().expect("a UTF-8 path");
+        url.replace(dir, self.inner(server.dir()).to_str().expect("a UTF-8 path"))
+    }
+
+    /// The ledger's server (`Options::server_ledger`), for fault tests:
+    /// `c.with_server(|s| s.kill())`.
+    pub fn with_server<T>(&self, f: impl FnOnce(&mut allot_ledger::testing::MariaDb) -> T) -> T {
+        let mut server = self.server.as_ref().expect("a server ledger").lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut server)
+    }
+
+    /// Where the ledger is, file or server, as the host sees it.
+    pub fn ledger_location(&self) -> allot_ledger::Location {
+        match &self.server {
+            Some(_) => allot_ledger::Location::parse(&self.ledger_url(false)).expect("the test server's URL"),
+            None => allot_ledger::Location::File(self.dir.join("ledger.db")),
+        }
+    }
+
+    /// The ledger, for reading (what the tests check).
+    pub fn read_ledger(&self) -> allot_ledger::Result<allot_ledger::Ledger> {
+        allot_ledger::Ledger::connect_read_only(&self.ledger_location())
     }
 
     /// A Slurm command, run as `user` (None: root).
@@ -302,7 +348,10 @@ impl TestCluster {
         // The command links no Slurm: the same binary runs in every release's root.
         std::fs::copy(target_release().join("allot"), bin.join("allot")).expect("copy the allot command into the cluster");
         let program = self.inner(&bin.join("allot"));
-        let ledger = self.inner(&self.ledger_path());
+        let ledger = match &self.server {
+            Some(_) => PathBuf::from(self.ledger_url(true)),
+            None => self.inner(&self.dir.join("ledger.db")),
+        };
         self.slurm_command(None, program.to_str().unwrap()).arg("--ledger").arg(ledger).args(args).output().expect("allot runs")
     }
 
@@ -317,7 +366,7 @@ impl TestCluster {
 
     /// `allot --ledger <this cluster's> ARGS` (as root).
     pub fn allot(&self, args: &[&str]) -> Output {
-        Command::new(target_release().join("allot")).arg("--ledger").arg(self.ledger_path()).args(args).output().expect("allot runs")
+        Command::new(target_release().join("allot")).arg("--ledger").arg(self.ledger_location().to_string()).args(args).output().expect("allot runs")
     }
 
     /// Submits a batch job as `user`; Ok(job id) or Err(what sbatch said).
@@ -372,7 +421,7 @@ impl TestCluster {
     }
 
     pub fn ledger(&self) -> Ledger {
-        Ledger::open_read_only(self.ledger_path()).expect("the ledger opens")
+        self.read_ledger().expect("the ledger opens")
     }
 
     /// Slurm's record of every run that ended (ALLOT_RUN_LOG), one per run,
