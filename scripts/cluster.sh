@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A real four-node Slurm cluster on this one machine, for allot's demo and
-# integration tests: its own munged, one slurmctld and four slurmd (n1..n4,
+# integration tests: its own munged, one slurmctld (or a primary and a
+# backup: ALLOT_BACKUP_CTLD=1) and four slurmd (n1..n4,
 # 8 fake GPUs each), everything under one directory. Slurm 22.05.8 (this
 # host's, Debian 12's) by default; 24.11.5 (Debian 13's) with
 # ALLOT_SLURM_RELEASE=24.11, whose daemons and commands run chrooted into the
@@ -14,6 +15,9 @@
 #   scripts/cluster.sh logs DIR [N]   # last N (default 40) lines of every log
 #   scripts/cluster.sh status DIR     # daemons alive? and sinfo
 #   scripts/cluster.sh restart-ctld DIR  # restart slurmctld only (reloads plugins)
+#   scripts/cluster.sh kill-ctld DIR primary|backup   # SIGKILL one slurmctld
+#   scripts/cluster.sh start-ctld DIR primary|backup  # start it (again)
+#   scripts/cluster.sh in-control DIR # which slurmctld is in control
 #
 # up       creates DIR if needed, wipes its Slurm state, spool, logs and pids
 #          (keeping DIR/plugins, DIR/jobs, the munge key and DIR/ledger.db),
@@ -32,6 +36,7 @@
 # down     cancels all jobs, stops every daemon it recorded (SIGTERM, SIGKILL
 #          after a timeout) and any slurmstepd left from this cluster. Safe on
 #          a half-started or already stopped cluster. Keeps DIR's files.
+# kill-ctld, start-ctld, in-control: see ALLOT_BACKUP_CTLD below.
 #
 # Environment:
 #   ALLOT_SLURM_RELEASE  22.05 (default), 24.11, or a site build of 25.05, 25.11
@@ -67,6 +72,48 @@
 #   ALLOT_LEDGER_URL  a server ledger (mysql://...): LedgerUrl in allot.conf
 #                     instead of LedgerPath=DIR/ledger.db. The server is the
 #                     caller's (the cluster tests start a private MariaDB).
+#   ALLOT_BACKUP_CTLD=1  a primary and a backup slurmctld (Slurm's own HA,
+#                     sharing DIR/state) instead of one. slurm.conf names
+#                     SlurmctldHost=ctl1(127.0.0.1) and ctl2(127.0.0.2), and
+#                     CommunicationParameters=NoCtldInAddrAny: each binds its
+#                     own address on the one port. Each runs in its own UTS
+#                     and mount namespace (unshare) with its SlurmctldHost name
+#                     as hostname (slurmctld takes its role from it),
+#                     DIR/etc/ctld-hosts as /etc/hosts, and its own
+#                     DIR/run/ctld-primary or -backup as DIR/run/ctld, where
+#                     SlurmctldPidFile lies (a starting slurmctld kills the
+#                     one that file names). Logs: DIR/log/slurmctld.log and
+#                     slurmctld-backup.log; pid records: pids/slurmctld.pid
+#                     and slurmctld-backup.pid. `up` waits until `scontrol
+#                     ping` reports both UP. Failover tests use:
+#                     kill-ctld DIR primary|backup  SIGKILL (a crash: no state
+#                       save, no cleanup). slurmctld saves state at most every
+#                       5 s: let 6 s pass after the last change (submission,
+#                       job start or end) before the kill, or the backup
+#                       recovers older state (lost or requeued jobs,
+#                       "Duplicate jobid" node drains). The backup takes over
+#                       ~6-8 s after the kill (ALLOT_CTLD_TIMEOUT=5).
+#                     start-ctld DIR primary|backup  start it, wait until
+#                       `scontrol ping` reports it UP. A primary that finds
+#                       the backup in control takes control back at once (the
+#                       backup saves all state and returns to standby). Now
+#                       and then 22.05's backup hangs doing so: the primary
+#                       goes on after 29 s, and start-ctld fails, saying how
+#                       to restart the backup.
+#                     in-control DIR  prints primary or backup: whichever
+#                       rewrites DIR/state/heartbeat (the controller in
+#                       control does, every SlurmctldTimeout/4 s) and answers
+#                       `scontrol ping`; fails if neither (during a takeover).
+#                     `scontrol takeover` works too: the backup shuts the
+#                     primary down (it exits) and takes over ~2 s later.
+#                     Slurm 22.05 (this host's) only: `up` refuses the others
+#                     (their primary takes control back only after ~29 s and
+#                     may lose the backup's last changes) unless
+#                     ALLOT_BACKUP_CTLD_ANY_RELEASE=1.
+#   ALLOT_CTLD_TIMEOUT  SlurmctldTimeout with ALLOT_BACKUP_CTLD=1 (default 5,
+#                     at least 4; Slurm's default is 120): the backup takes
+#                     over once the primary has not answered its pings (every
+#                     SlurmctldTimeout/3 s) for longer than this.
 #   CARGO_TARGET_DIR  where --plugins allot finds the built plugins (default:
 #                     the release's, scripts/release.sh RELEASE target).
 #
@@ -135,7 +182,7 @@ expected_comm() {
         munged) echo munged ;;
         mariadbd) echo mariadbd ;;
         slurmdbd) echo slurmdbd ;;
-        slurmctld) echo slurmctld ;;
+        slurmctld | slurmctld-backup) echo slurmctld ;;
         slurmd-*) echo slurmd ;;
         *) return 1 ;;
     esac
@@ -171,12 +218,23 @@ daemon_names() {
     echo munged
     [[ -d $DIR/db ]] && echo mariadbd slurmdbd
     echo slurmctld
+    has_backup_ctld && echo slurmctld-backup
     for n in "${NODES[@]}"; do echo "slurmd-$n"; done
+}
+
+# Whether this cluster has a backup slurmctld (`up` with ALLOT_BACKUP_CTLD=1
+# wrote DIR/etc/ctld-hosts).
+has_backup_ctld() {
+    [[ -f $ETC/ctld-hosts ]]
 }
 
 # Start a daemon that runs in the foreground (-D / -F), detached from this
 # shell's session so it outlives the script and its terminal, and record its PID.
+# start_daemon [--on-host] NAME COMMAND...: --on-host runs COMMAND on this
+# host even with a release's root (COMMAND enters the root itself).
 start_daemon() {
+    local on_host=0
+    [[ $1 == --on-host ]] && { on_host=1; shift; }
     local name=$1; shift
     # No job control in a script: the background child is not a process-group
     # leader, so setsid(1) calls setsid() and execs without forking and $! is
@@ -184,7 +242,7 @@ start_daemon() {
     # Each daemon runs in DIR/run, so a crash leaves its core file there
     # (core_pattern "core"), where `down` and the tests look for it.
     # In a root, chroot(1) starts in its /; env --chdir gets back to DIR/run.
-    if [[ -n $ROOT ]]; then
+    if [[ -n $ROOT ]] && ((!on_host)); then
         (exec setsid chroot "$ROOT" env --chdir="$INNER/run" "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
     else
         (cd "$DIR/run" && exec setsid "$@") </dev/null >>"$LOGS/$name.stderr" 2>&1 &
@@ -265,7 +323,7 @@ cmd_down() {
     local started=$SECONDS
     # 1. Cancel every job while slurmctld can still do it cleanly: a job left
     #    running keeps its slurmstepd (and the job) alive after slurmd exits.
-    if live_pid slurmctld >/dev/null && live_pid munged >/dev/null; then
+    if { live_pid slurmctld >/dev/null || live_pid slurmctld-backup >/dev/null; } && live_pid munged >/dev/null; then
         local jobs
         jobs=$(timeout 10 "${IN_ROOT[@]}" squeue -h -o %A 2>/dev/null || true)
         if [[ -n $jobs ]]; then
@@ -327,9 +385,10 @@ cmd_down() {
 # ---------------------------------------------------------------------------
 # up
 
+# port_in_use PORT [ADDRESS]: on 127.0.0.1 unless ADDRESS is given.
 port_in_use() {
     # A successful TCP connect means somebody listens there.
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+    (exec 3<>"/dev/tcp/${2:-127.0.0.1}/$1") 2>/dev/null
 }
 
 # Slurm's own plugin directory, as the daemons see it (inside the root).
@@ -437,6 +496,20 @@ cmd_up() {
     fi
     local port accounting=${ALLOT_ACCOUNTING:-0}
     [[ $accounting == 0 || $accounting == 1 ]] || die "ALLOT_ACCOUNTING must be 0 or 1, got '$accounting'"
+    local backup=${ALLOT_BACKUP_CTLD:-0} ctld_timeout=${ALLOT_CTLD_TIMEOUT:-5}
+    [[ $backup == 0 || $backup == 1 ]] || die "ALLOT_BACKUP_CTLD must be 0 or 1, got '$backup'"
+    if ((backup)); then
+        if [[ $RELEASE != 22.05 && ${ALLOT_BACKUP_CTLD_ANY_RELEASE:-0} != 1 ]]; then
+            die "ALLOT_BACKUP_CTLD=1 is for Slurm 22.05 (this host's) only, not $RELEASE: from 24.11 on, a primary that starts while the backup is in control waits ~29 s for the backup's REQUEST_CONTROL reply (\"backup not completely done relinquishing control. Old state possible\") and may recover state older than the backup's last changes (a job the backup started was killed: \"Job credential revoked\"). ALLOT_BACKUP_CTLD_ANY_RELEASE=1 starts it anyway"
+        fi
+        local bad_timeout=1
+        [[ $ctld_timeout =~ ^[0-9]+$ ]] && ((ctld_timeout >= 4)) && bad_timeout=0
+        ((!bad_timeout)) || die "ALLOT_CTLD_TIMEOUT must be a number of seconds, at least 4, got '$ctld_timeout'"
+        for tool in unshare hostname mount; do
+            command -v "$tool" >/dev/null || die "$tool not found (ALLOT_BACKUP_CTLD=1 needs util-linux and hostname)"
+        done
+        port_in_use "$base" 127.0.0.2 && die "port $base is in use on 127.0.0.2 (another cluster? set ALLOT_PORT_BASE)"
+    fi
     for ((port = base; port <= base + ${#NODES[@]} + 2 * accounting; port++)); do
         port_in_use "$port" && die "port $port is in use (another cluster? set ALLOT_PORT_BASE)"
     done
@@ -552,6 +625,7 @@ EOS
     fi
 
     ((accounting)) && write_accounting_conf "$base"
+    ((backup)) && write_backup_ctld_conf "$ctld_timeout"
 
     # From here on a failure stops whatever was started, then shows the logs.
     # Stop first and ignore SIGPIPE: a reader that goes away early (`| head`)
@@ -568,8 +642,12 @@ EOS
 
     ((accounting)) && start_accounting "$base"
 
-    start_daemon slurmctld slurmctld -D -f "$INNER/etc/slurm.conf"
+    start_ctld primary
     wait_for "slurmctld to answer" 15 "${IN_ROOT[@]}" scontrol ping
+    if ((backup)); then
+        start_ctld backup
+        wait_for "scontrol ping to report the primary and the backup slurmctld UP" 15 ctlds_up primary backup
+    fi
     for name in "${NODES[@]}"; do
         start_daemon "slurmd-$name" slurmd -D -N "$name" -f "$INNER/etc/slurm.conf"
     done
@@ -583,7 +661,9 @@ EOS
     local ms=$((($(date +%s%N) - start_ns) / 1000000))
     local with_accounting=""
     ((accounting)) && with_accounting=", slurmdbd on port $((base + 6)), MariaDB on $((base + 5))"
-    say "up: $DIR with $plugins plugins, Slurm $(release_field "$RELEASE" version)${ROOT:+ (in $ROOT)}$with_accounting, slurmctld port $base, nodes ${NODES[*]} on $((base + 1))-$((base + ${#NODES[@]})), ${#NODES[@]}x$GPUS_PER_NODE GPUs, in ${ms} ms"
+    local ctlds="slurmctld port $base"
+    ((backup)) && ctlds="slurmctld ctl1 (127.0.0.1, primary) and ctl2 (127.0.0.2, backup) on port $base, SlurmctldTimeout=$ctld_timeout"
+    say "up: $DIR with $plugins plugins, Slurm $(release_field "$RELEASE" version)${ROOT:+ (in $ROOT)}$with_accounting, $ctlds, nodes ${NODES[*]} on $((base + 1))-$((base + ${#NODES[@]})), ${#NODES[@]}x$GPUS_PER_NODE GPUs, in ${ms} ms"
     say "use it: eval \"\$($0 env $DIR)\"; sinfo"
 }
 
@@ -627,6 +707,119 @@ DebugLevel=info
 EOF
 )
     chmod 0600 "$ETC/slurmdbd.conf"
+}
+
+# ALLOT_BACKUP_CTLD=1: a primary and a backup slurmctld on this one host.
+# slurmctld takes its role from its hostname (the SlurmctldHost entry whose
+# name is gethostname()'s, short or long; 22.05 has no option to name it
+# otherwise), and with NoCtldInAddrAny it binds the address its hostname
+# resolves to instead of INADDR_ANY, so two can share SlurmctldPort. Clients
+# and slurmd connect to the addresses in parentheses and need no names.
+write_backup_ctld_conf() {
+    local timeout=$1
+    grep -q '^SlurmctldHost=localhost$' "$CONF" || die "$CONF has no SlurmctldHost=localhost line to replace"
+    grep -c '^SlurmctldPidFile=' "$CONF" | grep -qx 1 || die "$CONF: expected one SlurmctldPidFile line"
+    sed -i -e 's|^SlurmctldHost=localhost$|# ALLOT_BACKUP_CTLD=1 (scripts/cluster.sh): a primary and a backup slurmctld,\
+# each in its own UTS and mount namespace with that hostname (see the end).\
+SlurmctldHost=ctl1(127.0.0.1)\
+SlurmctldHost=ctl2(127.0.0.2)|' \
+        -e 's|^SlurmctldPidFile=|# ALLOT_BACKUP_CTLD=1: replaced at the end: &|' "$CONF"
+    cat >>"$CONF" <<EOF
+
+# ALLOT_BACKUP_CTLD=1 (scripts/cluster.sh): each slurmctld binds the address
+# of its own hostname (ctl1 127.0.0.1, ctl2 127.0.0.2, in etc/ctld-hosts), not
+# INADDR_ANY, so both listen on SlurmctldPort; slurmd and the commands keep
+# INADDR_ANY. The backup takes over after SlurmctldTimeout seconds without
+# an answer from the primary (test speed; default 120). The pid file lies in
+# run/ctld, which each slurmctld's mount namespace maps to its own directory
+# (a slurmctld SIGTERMs the one its pid file names when it starts).
+CommunicationParameters=NoCtldInAddrAny
+SlurmctldTimeout=$timeout
+SlurmctldPidFile=$INNER/run/ctld/slurmctld.pid
+EOF
+    printf '# scripts/cluster.sh ALLOT_BACKUP_CTLD=1: /etc/hosts of both slurmctld\n127.0.0.1 localhost\n127.0.0.1 ctl1\n127.0.0.2 ctl2\n' >"$ETC/ctld-hosts"
+    mkdir -p "$DIR/run/ctld" "$DIR/run/ctld-primary" "$DIR/run/ctld-backup"
+}
+
+# start_ctld primary|backup: start that slurmctld (without ALLOT_BACKUP_CTLD=1
+# the cluster's only one, for `primary`).
+start_ctld() {
+    local role=$1
+    if ! has_backup_ctld; then
+        start_daemon slurmctld slurmctld -D -f "$INNER/etc/slurm.conf"
+        return
+    fi
+    local name=slurmctld host=ctl1 log=()
+    if [[ $role == backup ]]; then
+        name=slurmctld-backup host=ctl2 log=(-L "$INNER/log/slurmctld-backup.log")
+    fi
+    # The namespaces are made on this host, outside a release's root (inside
+    # it, / is no mount point and unshare cannot make the mounts private);
+    # slurmctld then runs chrooted as the other daemons do. unshare, the shell
+    # and chroot exec without forking (no PID namespace): the recorded PID is
+    # slurmctld's. The namespace's mounts are private: the host and the other
+    # slurmctld never see them.
+    local in_root=()
+    [[ -n $ROOT ]] && in_root=(chroot "$ROOT" env --chdir="$INNER/run")
+    # shellcheck disable=SC2016  # $1.. are the inner shell's
+    start_daemon --on-host "$name" unshare --uts --mount --propagation private -- \
+        bash -c 'hostname "$1" && mount --bind "$2" "$3" && mount --bind "$4" "$5" && shift 5 && exec "$@"' \
+        ctld-ns "$host" "$DIR/etc/ctld-hosts" "$ROOT/etc/hosts" "$DIR/run/ctld-$role" "$DIR/run/ctld" \
+        "${in_root[@]+"${in_root[@]}"}" slurmctld -D -f "$INNER/etc/slurm.conf" "${log[@]+"${log[@]}"}"
+}
+
+# ctlds_up ROLE...: whether `scontrol ping` reports each of these slurmctld
+# (primary, backup) UP.
+ctlds_up() {
+    local out role
+    out=$(timeout 10 "${IN_ROOT[@]}" scontrol ping 2>/dev/null) || true
+    for role in "$@"; do
+        grep -q "^Slurmctld($role) at .* is UP\$" <<<"$out" || return 1
+    done
+}
+
+# The slurmctld in control (prints primary or backup): the one whose index
+# DIR/state/heartbeat holds, if it is alive and the heartbeat is fresh. The
+# controller in control rewrites the file every SlurmctldTimeout/4 s (two
+# big-endian 64-bit numbers: the time and its SlurmctldHost index); a backup
+# in standby never does.
+# With one slurmctld (no heartbeat without a backup): primary if it is alive.
+ctld_in_control() {
+    local beat=$DIR/state/heartbeat words timeout period age
+    if ! has_backup_ctld; then
+        live_pid slurmctld >/dev/null && echo primary
+        return
+    fi
+    [[ -s $beat ]] || return 1
+    read -r -a words < <(od -An -tu8 --endian=big "$beat") || return 1
+    [[ ${#words[@]} -eq 2 ]] || return 1
+    timeout=$(sed -n 's/^SlurmctldTimeout=//p' "$CONF" | tail -n 1)
+    # slurmctld's own period (heartbeat.c): MIN(SlurmctldTimeout / 4, 30).
+    period=$((${timeout:-5} / 4))
+    ((period <= 30)) || period=30
+    age=$(($(date +%s) - words[0]))
+    ((age <= 2 * period + 2)) || return 1
+    local role name pid
+    case ${words[1]} in
+        0) role=primary name=slurmctld ;;
+        1) role=backup name=slurmctld-backup ;;
+        *) return 1 ;;
+    esac
+    # Written by this process, not by one killed before it started; and a
+    # backup hung handing control back (see cmd_start_ctld) still beats, so
+    # the writer must also answer.
+    pid=$(live_pid "$name") || return 1
+    ((words[0] > $(proc_start_time "$pid"))) || return 1
+    ctlds_up "$role" || return 1
+    echo "$role"
+}
+
+# When process PID started, in Unix seconds (rounded down).
+proc_start_time() {
+    local ticks boot
+    ticks=$(awk '{print $22}' "/proc/$1/stat") || return 1
+    boot=$(awk '$1 == "btime" {print $2}' /proc/stat)
+    echo $((boot + ticks / $(getconf CLK_TCK)))
 }
 
 # A private MariaDB in DIR/db (root logs in over 127.0.0.1 without a
@@ -697,7 +890,11 @@ cmd_status() {
             rc=1
         fi
     done
-    if live_pid slurmctld >/dev/null; then timeout 5 "${IN_ROOT[@]}" sinfo -N || rc=1; fi
+    if has_backup_ctld; then
+        timeout 10 "${IN_ROOT[@]}" scontrol ping || rc=1
+        printf 'in control: %s\n' "$(ctld_in_control || echo none)"
+    fi
+    if live_pid slurmctld >/dev/null || live_pid slurmctld-backup >/dev/null; then timeout 5 "${IN_ROOT[@]}" sinfo -N || rc=1; fi
     return $rc
 }
 
@@ -708,11 +905,85 @@ cmd_restart_ctld() {
         wait_gone 20 slurmctld
     fi
     live_pid munged >/dev/null || die "munged is not running in $DIR: use up"
-    start_daemon slurmctld slurmctld -D -f "$INNER/etc/slurm.conf"
+    forget_dead_ctlds
+    start_ctld primary
     wait_for "slurmctld to answer" 15 "${IN_ROOT[@]}" scontrol ping
+    if has_backup_ctld; then wait_for "scontrol ping to report the primary slurmctld UP" 60 ctlds_up primary; fi
     # Recovered nodes are "unknown" until their slurmd answers again.
     wait_for "the nodes to register again" "${ALLOT_UP_TIMEOUT:-30}" nodes_responding
     say "slurmctld restarted (pid $(live_pid slurmctld))"
+}
+
+# ctld_name ROLE: the daemon name of slurmctld ROLE (primary or backup).
+ctld_name() {
+    case $1 in
+        primary) echo slurmctld ;;
+        backup)
+            has_backup_ctld || die "this cluster has no backup slurmctld (up with ALLOT_BACKUP_CTLD=1)"
+            echo slurmctld-backup ;;
+        *) die "which slurmctld: primary or backup, not '$1'" ;;
+    esac
+}
+
+# A crash: SIGKILL, no state save, no cleanup. The pid record goes too, so
+# that the script's waits do not take the dead daemon for a failure.
+cmd_kill_ctld() {
+    local role=$1 name pid
+    name=$(ctld_name "$role")
+    pid=$(live_pid "$name") || die "the $role slurmctld is not running"
+    kill -KILL "$pid"
+    wait_gone 5 "$name"
+    rm -f "$PIDS/$name.pid"
+    say "killed the $role slurmctld (pid $pid)"
+}
+
+# A slurmctld may also have exited on its own: `scontrol takeover` shuts the
+# primary down, and a controller that lost its state exits. Their pid records
+# go before a start, so that wait_for watches only the living.
+forget_dead_ctlds() {
+    local name
+    for name in slurmctld slurmctld-backup; do
+        if [[ -f $PIDS/$name.pid ]] && ! live_pid "$name" >/dev/null; then rm -f "$PIDS/$name.pid"; fi
+    done
+}
+
+cmd_start_ctld() {
+    local role=$1 name pid
+    name=$(ctld_name "$role")
+    if pid=$(live_pid "$name"); then die "the $role slurmctld is already running (pid $pid)"; fi
+    live_pid munged >/dev/null || die "munged is not running in $DIR: use up"
+    forget_dead_ctlds
+    start_ctld "$role"
+    if ! has_backup_ctld; then
+        wait_for "slurmctld to answer" 15 "${IN_ROOT[@]}" scontrol ping
+        say "started the $role slurmctld (pid $(live_pid "$name"))"
+        return
+    fi
+    # A primary that finds the backup in control waits for its REQUEST_CONTROL
+    # reply before it answers: up to 29 s if the backup is slow to let go.
+    wait_for "scontrol ping to report the $role slurmctld UP" 60 ctlds_up "$role"
+    say "started the $role slurmctld (pid $(live_pid "$name"))"
+    # The backup that handed control back must answer again (standby).
+    # Slurm 22.05's backup now and then hangs while relinquishing (its main
+    # thread waits forever for its file-purge thread); the primary then goes
+    # on after 29 s, and the hung backup never takes over again.
+    if [[ $role == primary ]] && pid=$(live_pid slurmctld-backup); then
+        local deadline=$((SECONDS + 10))
+        until ctlds_up backup; do
+            if ((SECONDS >= deadline)); then
+                die "the primary slurmctld is in control, but the backup (pid $pid) no longer answers: it hung handing control back (its log: \"REQUEST_CONTROL reply but backup not completely done relinquishing control\", a Slurm 22.05 race); restart it: $0 kill-ctld $DIR backup; $0 start-ctld $DIR backup"
+            fi
+            sleep 0.2
+        done
+    fi
+    # Its first heartbeat (at most SlurmctldTimeout/4 s on) shows it in control.
+    if [[ $role == primary ]]; then
+        wait_for "the primary slurmctld to be in control" 15 ctld_in_control_is primary
+    fi
+}
+
+ctld_in_control_is() {
+    [[ $(ctld_in_control) == "$1" ]]
 }
 
 [[ $# -ge 2 ]] || usage
@@ -754,6 +1025,15 @@ case $command in
     restart-ctld)
         set_paths "$dir"
         cmd_restart_ctld
+        ;;
+    kill-ctld | start-ctld)
+        [[ $# -eq 1 ]] || usage
+        set_paths "$dir"
+        if [[ $command == kill-ctld ]]; then cmd_kill_ctld "$1"; else cmd_start_ctld "$1"; fi
+        ;;
+    in-control)
+        set_paths "$dir"
+        ctld_in_control || { say "no slurmctld is in control (none alive with a fresh heartbeat in $DIR/state)" >&2; exit 1; }
         ;;
     *) usage ;;
 esac
