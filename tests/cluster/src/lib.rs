@@ -132,11 +132,15 @@ pub struct Options {
     /// The ledger on a private MariaDB server (allot_ledger::testing) in
     /// the cluster's directory, LedgerUrl in allot.conf, instead of a file.
     pub server_ledger: bool,
+    /// A primary and a backup slurmctld (scripts/cluster.sh
+    /// ALLOT_BACKUP_CTLD; Slurm 22.05 only): [`TestCluster::kill_ctld`],
+    /// [`TestCluster::start_ctld`], [`TestCluster::in_control`].
+    pub backup_ctld: bool,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false, backup_ctld: false }
     }
 }
 
@@ -249,6 +253,7 @@ impl TestCluster {
             .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
             .env("ALLOT_CPU_ONLY", if options.cpu_only { "1" } else { "0" })
             .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
+            .env("ALLOT_BACKUP_CTLD", if options.backup_ctld { "1" } else { "0" })
             .env("ALLOT_LEDGER_URL", cluster.server.as_ref().map(|_| cluster.ledger_url(true)).unwrap_or_default())
             .env("ALLOT_SLURM_RELEASE", &release.name)
             .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))
@@ -434,6 +439,37 @@ impl TestCluster {
     /// slurmctld's log so far.
     pub fn ctld_log(&self) -> String {
         std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default()
+    }
+
+    fn cluster_sh(&self, args: &[&str]) -> Output {
+        Command::new(repo().join("scripts/cluster.sh"))
+            .args(args)
+            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
+            .output()
+            .expect("scripts/cluster.sh runs")
+    }
+
+    /// SIGKILLs one controller (`primary` or `backup`): a crash, no cleanup.
+    pub fn kill_ctld(&self, which: &str) {
+        let out = self.cluster_sh(&["kill-ctld", self.dir.to_str().unwrap(), which]);
+        assert!(out.status.success(), "kill-ctld {which}: {}", text(&out));
+    }
+
+    /// Starts one controller again; the output says why if it failed (a
+    /// 22.05 backup that hung handing control back: see scripts/cluster.sh).
+    pub fn start_ctld(&self, which: &str) -> Output {
+        self.cluster_sh(&["start-ctld", self.dir.to_str().unwrap(), which])
+    }
+
+    /// Which controller is in control (`primary`, `backup`), if one is.
+    pub fn in_control(&self) -> Option<String> {
+        let out = self.cluster_sh(&["in-control", self.dir.to_str().unwrap()]);
+        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// The backup controller's log so far.
+    pub fn backup_ctld_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("log/slurmctld-backup.log")).unwrap_or_default()
     }
 
     /// Restarts slurmctld alone (jobs keep running; plugins reload).

@@ -102,6 +102,12 @@ fn s1_a_server_ledger_charges_every_run_and_its_server_dying_mid_run_loses_none(
     assert!(usage.status.success(), "allot usage on the server ledger: {}", text(&usage));
     let check = c.allot(&["ledger", "check"]);
     assert!(check.status.success() && text(&check).contains("server ledger"), "{}", text(&check));
+    // allot doctor reads allot.conf's LedgerUrl and checks the server.
+    let conf = c.slurm_conf();
+    let doctor = c.allot_in_release(&["doctor", "--slurm-conf", conf.to_str().unwrap()]);
+    let said = text(&doctor);
+    assert!(doctor.status.success(), "allot doctor on a server ledger:\n{said}");
+    assert!(said.contains("LedgerUrl=mysql://") && said.contains("the server answers; schema") && said.contains("readable by its owner only"), "{said}");
     // A URL with a password in it is refused, and not echoed.
     let bad = std::process::Command::new(allot_cluster_tests::target_release().join("allot"))
         .args(["--ledger", "mysql://allot:hunter2@localhost/allot", "usage"])
