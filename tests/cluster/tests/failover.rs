@@ -13,11 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, JobInfo, Options, Release, TestCluster, BUDGET};
-
-fn field_i64(job: &JobInfo, key: &str) -> i64 {
-    job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))
-}
+use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, Options, Release, TestCluster, BUDGET};
 
 /// Pending jobs by priority, highest first (the order Slurm starts them in).
 fn pending_order(c: &TestCluster, jobs: &[u32]) -> Vec<u32> {
