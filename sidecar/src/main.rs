@@ -19,10 +19,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(name = "allot", version = allot::BUILD, about = "Budgets and a scheduling contract for GPU clusters on Slurm")]
 struct Cli {
-    /// The ledger (SQLite). Default: $ALLOT_LEDGER, else LedgerPath of the
-    /// allot.conf beside slurm.conf, else /var/lib/allot/ledger.db. Under
-    /// sudo, only admins may choose it.
-    #[arg(long, global = true, value_name = "PATH")]
+    /// The ledger: a SQLite file, or a server's
+    /// mysql://USER@HOST/DATABASE?password_file=FILE. Default:
+    /// $ALLOT_LEDGER, else LedgerPath (or LedgerUrl) of the allot.conf
+    /// beside slurm.conf, else /var/lib/allot/ledger.db. Under sudo, only
+    /// admins may choose it.
+    #[arg(long, global = true, value_name = "PATH|URL")]
     ledger: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
