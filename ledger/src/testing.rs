@@ -100,6 +100,16 @@ impl MariaDb {
         self.run();
     }
 
+    /// Starts SQL as the server's root in the background (for a test that
+    /// holds a lock while the code under test runs).
+    pub fn spawn_sql(&self, sql: &str) -> Child {
+        Command::new("mariadb")
+            .args(["--no-defaults", &format!("--socket={}", self.dir.path().join("mysqld.sock").display()), "-uroot", "-e", sql])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("the mariadb client")
+    }
+
     /// Runs SQL as the server's root (the `mariadb` client, over the socket).
     pub fn sql(&self, sql: &str) -> std::process::ExitStatus {
         Command::new("mariadb")

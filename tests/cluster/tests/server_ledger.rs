@@ -116,3 +116,44 @@ fn s1_a_server_ledger_charges_every_run_and_its_server_dying_mid_run_loses_none(
     assert!(!bad.status.success() && text(&bad).contains("carries a password") && !text(&bad).contains("hunter2"), "{}", text(&bad));
     let _ = Location::parse(&c.ledger_url(false)).unwrap();
 }
+
+#[test]
+fn s2_a_server_that_stops_answering_writes_never_slows_submission_or_scheduling() {
+    let options = Options { recompute_period: 2, grace: 3, server_ledger: true, ..Options::default() };
+    let c = TestCluster::start("serverslow", BUDGET, options);
+    let first = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap();
+    c.wait_for("a first run in the server ledger", secs(60), || {
+        wake_recompute(&c);
+        c.read_ledger().is_ok_and(|l| l.runs_of_job(first).is_ok_and(|r| r.iter().any(|r| r.run_end.is_some())))
+    });
+    // The server takes every write and answers none for 20 s (a global
+    // read lock held by another session): the priority plugin's writes
+    // hang on its own thread, up to the client's 30-s timeout.
+    let mut lock = c.with_server(|s| s.spawn_sql("FLUSH TABLES WITH READ LOCK; SELECT SLEEP(20); UNLOCK TABLES;"));
+    std::thread::sleep(secs(2));
+    let held_from = std::time::Instant::now();
+    let mut jobs = Vec::new();
+    let mut slowest = std::time::Duration::ZERO;
+    for i in 0..8u32 {
+        let t = std::time::Instant::now();
+        jobs.push(c.sbatch(["alice", "bob", "carol", "dave"][i as usize % 4], &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap());
+        slowest = slowest.max(t.elapsed());
+        wake_recompute(&c);
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    let bad = c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=9h", &sleep_job(1)]);
+    assert!(bad.is_err(), "submissions are still checked: {bad:?}");
+    c.wait_for("the jobs submitted under the lock start and end", secs(30), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    let elapsed = held_from.elapsed();
+    assert!(ledger_runs(&c, &jobs).is_empty(), "the server held every write meanwhile (its readers still answer)");
+    eprintln!("slow server: 8 submissions under the lock, the slowest took {slowest:?}; all 8 ran and ended {elapsed:?} after the lock began");
+    assert!(slowest < secs(2), "a submission waited {slowest:?} for the ledger's server");
+    assert!(elapsed < secs(18), "the jobs ran while the server held every write ({elapsed:?})");
+    assert!(lock.wait().unwrap().success());
+    // Once it answers, every run is written.
+    jobs.push(first);
+    c.wait_for("every run in the server ledger", secs(60), || {
+        wake_recompute(&c);
+        ledger_runs(&c, &jobs).len() == jobs.len()
+    });
+}
