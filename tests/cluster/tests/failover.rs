@@ -22,8 +22,11 @@ fn pending_order(c: &TestCluster, jobs: &[u32]) -> Vec<u32> {
     pending.into_iter().map(|(_, id)| id).collect()
 }
 
-/// The ledger's runs of `jobs`: (job, start) -> (end, GPUs, end reason).
-fn ledger_runs(c: &TestCluster, jobs: &[u32]) -> BTreeMap<(u32, i64), (Option<i64>, u32, Option<String>)> {
+/// A run as the ledger has it: (job, start) -> (end, GPUs, end reason).
+type LedgerRuns = BTreeMap<(u32, i64), (Option<i64>, u32, Option<String>)>;
+
+/// The ledger's runs of `jobs`.
+fn ledger_runs(c: &TestCluster, jobs: &[u32]) -> LedgerRuns {
     let Ok(l) = c.read_ledger() else { return BTreeMap::new() };
     jobs.iter().flat_map(|&j| l.runs_of_job(j).unwrap_or_default()).map(|r| ((r.job_id, r.run_start), (r.run_end, r.gpus, r.end_reason))).collect()
 }
@@ -147,7 +150,7 @@ fn f1_a_killed_primary_controller_loses_no_run_no_contract_and_no_order() {
     }
     // The free job's first run: ended by its grace time, not before, and
     // never charged (min_runtime=0).
-    let first = ledger.iter().find(|((j, start), _)| *j == free && !slurm_last.get(j).is_some_and(|(s, _)| s == start)).expect("the free job's preempted run");
+    let first = ledger.iter().find(|((j, start), _)| *j == free && slurm_last.get(j).is_none_or(|(s, _)| s != start)).expect("the free job's preempted run");
     let first_end = first.1 .0.unwrap();
     assert!(first_end >= preempt_time + GRACE - 1, "the free job kept its grace time: preempted at {preempt_time}, run ended at {first_end}");
     assert!(first_end <= preempt_time + GRACE + 45, "the free job was requeued at its grace time's end: preempted at {preempt_time}, run ended at {first_end}");
