@@ -34,7 +34,7 @@ pub mod testing;
 use db::{params, Conn, Dialect};
 pub use db::DbError;
 use db::DbResult;
-pub use location::{Location, ServerLocation};
+pub use location::{Location, ServerLocation, BOTH_LEDGER_KEYS};
 
 pub use budgets::{BudgetVersion, Replaced, SyncOutcome};
 pub use runs::{ContractRow, DemandRow, EventRow, JobEnd, Period, RunRow, RunUpdate};

@@ -36,6 +36,9 @@ pub struct ServerLocation {
     password_file: Option<PathBuf>,
 }
 
+/// allot.conf sets both ledger keys.
+pub const BOTH_LEDGER_KEYS: &str = "LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both";
+
 /// How long connecting may take, and each statement's reply: a dead server
 /// must not hold the plugins' ledger threads for long (they carry on from
 /// memory and try again next period).
@@ -56,6 +59,23 @@ impl Location {
             return Err("the ledger location is empty".into());
         }
         Ok(Location::File(PathBuf::from(text)))
+    }
+
+    /// allot.conf's ledger keys, read alike by the plugins, the CLI and
+    /// `allot doctor`: `LedgerPath` (an absolute path) or `LedgerUrl` (a
+    /// mysql:// URL), never both. Neither: `None`, the default file.
+    pub fn from_conf(ledger_path: Option<&str>, ledger_url: Option<&str>) -> Result<Option<Location>, String> {
+        match (ledger_path, ledger_url) {
+            (Some(_), Some(_)) => Err(BOTH_LEDGER_KEYS.to_owned()),
+            (Some(p), None) if p.starts_with('/') => Ok(Some(Location::File(PathBuf::from(p)))),
+            (Some(p), None) => Err(format!("LedgerPath must be an absolute path, got '{p}'")),
+            (None, Some(url)) => match Location::parse(url) {
+                Ok(l @ Location::Server(_)) => Ok(Some(l)),
+                Ok(Location::File(_)) => Err("LedgerUrl must be a mysql:// (mariadb://) URL; a file is LedgerPath".to_owned()),
+                Err(e) => Err(format!("LedgerUrl: {e}")),
+            },
+            (None, None) => Ok(None),
+        }
     }
 
     /// The file, for a SQLite ledger.
@@ -233,6 +253,17 @@ mod tests {
         }
         assert!(Location::parse("mysql://allot:hunter2@db/allot").unwrap_err().contains("password_file"));
         assert!(!Location::parse("postgres://allot:hunter2@db/allot").unwrap_err().contains("hunter2"));
+    }
+
+    #[test]
+    fn allot_conf_names_a_file_or_a_server_never_both() {
+        assert_eq!(Location::from_conf(None, None), Ok(None));
+        assert_eq!(Location::from_conf(Some("/l.db"), None), Ok(Some(Location::File("/l.db".into()))));
+        assert!(Location::from_conf(None, Some("mysql://a@h/d")).unwrap().unwrap().is_server());
+        assert_eq!(Location::from_conf(Some("/l.db"), Some("mysql://a@h/d")).unwrap_err(), BOTH_LEDGER_KEYS);
+        assert_eq!(Location::from_conf(Some("l.db"), None).unwrap_err(), "LedgerPath must be an absolute path, got 'l.db'");
+        assert!(Location::from_conf(None, Some("/l.db")).unwrap_err().contains("a file is LedgerPath"));
+        assert!(Location::from_conf(None, Some("mysql://a:pw@h/d")).unwrap_err().starts_with("LedgerUrl: "));
     }
 
     #[test]

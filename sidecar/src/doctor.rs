@@ -264,31 +264,24 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
     // allot.conf and its ledger.
     let conf = slurm_conf.parent().unwrap_or(Path::new("/etc/slurm")).join("allot.conf");
     let ledger = match std::fs::read_to_string(&conf) {
-        Ok(text) if conf_value(&text, "LedgerUrl").is_some() => {
-            let url = conf_value(&text, "LedgerUrl").unwrap_or_default();
-            match allot_ledger::Location::parse(&url) {
-                Ok(location @ allot_ledger::Location::Server(_)) => {
-                    f.push(ok(format!("{}: LedgerUrl={location}", conf.display())));
-                    f.extend(server_ledger_checks(&location, running));
-                    f.extend(last_good_check(running));
-                }
-                Ok(_) => f.push(problem(format!("{}: LedgerUrl '{url}' is not a mysql:// URL", conf.display()), "a file ledger is LedgerPath; a server ledger is LedgerUrl=mysql://USER@HOST/DATABASE?password_file=...")),
-                Err(e) => f.push(problem(format!("{}: LedgerUrl: {e}", conf.display()), "see the README, \"A ledger on a database server\"")),
-            }
-            None
-        }
-        Ok(text) => match conf_value(&text, "LedgerPath") {
-            Some(p) if p.starts_with('/') => {
-                f.push(ok(format!("{}: LedgerPath={p}", conf.display())));
-                Some(PathBuf::from(p))
-            }
-            Some(p) => {
-                f.push(problem(format!("{}: LedgerPath '{p}' is not an absolute path", conf.display()), "give LedgerPath as an absolute path"));
+        Ok(text) => match allot_ledger::Location::from_conf(conf_value(&text, "LedgerPath").as_deref(), conf_value(&text, "LedgerUrl").as_deref()) {
+            Ok(Some(location @ allot_ledger::Location::Server(_))) => {
+                f.push(ok(format!("{}: LedgerUrl={location}", conf.display())));
+                f.extend(server_ledger_checks(&location, running));
+                f.extend(last_good_check(running));
                 None
             }
-            None => {
+            Ok(Some(allot_ledger::Location::File(p))) => {
+                f.push(ok(format!("{}: LedgerPath={}", conf.display(), p.display())));
+                Some(p)
+            }
+            Ok(None) => {
                 f.push(ok(format!("{}: no LedgerPath, the default {}", conf.display(), allot_ledger::DEFAULT_LEDGER_PATH)));
                 Some(PathBuf::from(allot_ledger::DEFAULT_LEDGER_PATH))
+            }
+            Err(e) => {
+                f.push(problem(format!("{}: {e}", conf.display()), "LedgerPath=/absolute/path.db (SQLite) or LedgerUrl=mysql://USER@HOST/DATABASE?password_file=... (README, \"A ledger on a database server\")"));
+                None
             }
         },
         Err(e) => {

@@ -131,16 +131,13 @@ pub fn configured_ledger() -> anyhow::Result<(Location, String)> {
         );
     }
     let text = std::fs::read_to_string(&conf).with_context(|| format!("cannot read {}", conf.display()))?;
-    match (conf_value(&text, "LedgerPath"), conf_value(&text, "LedgerUrl")) {
-        (Some(_), Some(_)) => bail!("{}: LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both", conf.display()),
-        (None, Some(url)) => match Location::parse(&url) {
-            Ok(l @ Location::Server(_)) => Ok((l, format!("LedgerUrl of {}", conf.display()))),
-            Ok(Location::File(_)) => bail!("{}: LedgerUrl must be a mysql:// (mariadb://) URL; a file is LedgerPath", conf.display()),
-            Err(e) => bail!("{}: LedgerUrl: {e}", conf.display()),
-        },
-        (Some(p), None) if p.starts_with('/') => Ok((Location::File(PathBuf::from(p)), format!("LedgerPath of {}", conf.display()))),
-        (Some(p), None) => bail!("{}: LedgerPath must be an absolute path, got '{p}'", conf.display()),
-        (None, None) => Ok((Location::File(PathBuf::from(DEFAULT_LEDGER_PATH)), format!("the default; {} sets no LedgerPath", conf.display()))),
+    match Location::from_conf(conf_value(&text, "LedgerPath").as_deref(), conf_value(&text, "LedgerUrl").as_deref()) {
+        Ok(Some(l)) => {
+            let key = if l.is_server() { "LedgerUrl" } else { "LedgerPath" };
+            Ok((l, format!("{key} of {}", conf.display())))
+        }
+        Ok(None) => Ok((Location::File(PathBuf::from(DEFAULT_LEDGER_PATH)), format!("the default; {} sets no LedgerPath", conf.display()))),
+        Err(e) => bail!("{}: {e}", conf.display()),
     }
 }
 

@@ -107,20 +107,16 @@ impl AllotConf {
             seen.push(canonical);
             match canonical {
                 "LedgerPath" | "LedgerUrl" if seen.contains(&"LedgerPath") && seen.contains(&"LedgerUrl") => {
-                    error("LedgerPath and LedgerUrl are both set: the ledger is a file or a server, not both".to_owned());
+                    error(allot_ledger::BOTH_LEDGER_KEYS.to_owned());
                 }
-                "LedgerPath" => {
-                    if value.is_empty() || !value.starts_with('/') {
-                        error(format!("LedgerPath must be an absolute path, got '{value}'"));
-                    } else {
-                        conf.ledger = Location::File(PathBuf::from(value));
+                "LedgerPath" | "LedgerUrl" => {
+                    let (path, url) = if canonical == "LedgerPath" { (Some(value), None) } else { (None, Some(value)) };
+                    match Location::from_conf(path, url) {
+                        Ok(Some(l)) => conf.ledger = l,
+                        Ok(None) => {}
+                        Err(e) => error(e),
                     }
                 }
-                "LedgerUrl" => match Location::parse(value) {
-                    Ok(l @ Location::Server(_)) => conf.ledger = l,
-                    Ok(Location::File(_)) => error("LedgerUrl must be a mysql:// (mariadb://) URL; a file is LedgerPath".to_owned()),
-                    Err(e) => error(format!("LedgerUrl: {e}")),
-                },
                 "RecomputePeriod" => match value.parse::<u64>() {
                     Ok(s) if (1..=3600).contains(&s) => conf.recompute_period = Duration::from_secs(s),
                     _ => error(format!("RecomputePeriod must be whole seconds from 1 to 3600, got '{value}'")),
