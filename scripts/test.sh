@@ -76,7 +76,7 @@ phase "unit, property, ledger, CLI and simulator tests"
 cargo test --release --workspace --locked --exclude allot-cluster-tests -- --test-threads=2 "${cargo_args[@]}"
 # The tests that need a MariaDB server (installed above, --accounting): the
 # ledger's engine tests start a private one.
-cargo test --release --locked -p allot-ledger --test engines -- --ignored "${cargo_args[@]}"
+cargo test --release --locked -p allot-ledger --test engines -p allot-cli --test server_sync -- --ignored "${cargo_args[@]}"
 for r in "${releases[@]}"; do
     [[ $r == "$ALLOT_DEFAULT_RELEASE" ]] && continue
     phase "the bindings' layout tests for Slurm $(release_field "$r" version)"

@@ -84,6 +84,10 @@ pub fn sync_text_from(ledger: &Location, text: &str, shown: &str, recorded: &str
             authorize(&tree, None, actor).map_err(SyncError::Refused)?;
             create_ledger_file(path, crate::identity::ledger_owner()).map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", path.display())))?;
         }
+    } else if let Err(LedgerError::Missing { .. }) = Ledger::connect_read_only(ledger) {
+        // A server database without allot's schema: refuse before the
+        // writer's connection creates it.
+        authorize(&tree, None, actor).map_err(SyncError::Refused)?;
     }
     let mut l = Ledger::connect(ledger, true)?;
     match l.sync_budget_authorized(text, &tree, &actor.name, recorded, now, |current| authorize(&tree, current, actor)) {
