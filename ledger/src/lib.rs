@@ -228,6 +228,94 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX contracts_waiting ON contracts(submit_time) WHERE end_time IS NULL;
     CREATE INDEX events_by_kind ON events(kind, at);
     "#,
+    // 4: several clusters on one ledger. Every row of a run, a contract, an
+    // event, a demand change or a snapshot names its cluster (Slurm's
+    // ClusterName), and job ids are unique per cluster only. Rows from
+    // before have cluster '': the first plugin that writes as a named
+    // cluster adopts them (`Ledger::adopt_unclustered`). SQLite cannot
+    // change a primary key in place: the keyed tables are rebuilt.
+    r#"
+    CREATE TABLE runs_4 (
+        cluster    TEXT    NOT NULL DEFAULT '',
+        job_id     INTEGER NOT NULL,
+        run_start  INTEGER NOT NULL,
+        run_end    INTEGER,
+        leaf       TEXT,
+        account    TEXT,
+        user       TEXT,
+        gpus       INTEGER NOT NULL,
+        allocated  INTEGER NOT NULL,
+        end_reason TEXT,
+        PRIMARY KEY (cluster, job_id, run_start)
+    ) STRICT;
+    INSERT INTO runs_4 (job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason)
+        SELECT job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason FROM runs;
+    DROP TABLE runs;
+    ALTER TABLE runs_4 RENAME TO runs;
+    CREATE INDEX runs_open ON runs(run_end) WHERE run_end IS NULL;
+    CREATE INDEX runs_by_end ON runs(run_end);
+
+    CREATE TABLE contracts_4 (
+        cluster     TEXT    NOT NULL DEFAULT '',
+        job_id      INTEGER NOT NULL,
+        user        TEXT    NOT NULL,
+        account     TEXT,
+        leaf        TEXT,
+        min_runtime INTEGER NOT NULL,
+        priority    TEXT    NOT NULL,
+        resumable   INTEGER NOT NULL,
+        submit_time INTEGER NOT NULL,
+        comment     TEXT    NOT NULL,
+        gpus        INTEGER,
+        end_time    INTEGER,
+        PRIMARY KEY (cluster, job_id)
+    ) STRICT;
+    INSERT INTO contracts_4 (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus, end_time)
+        SELECT job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus, end_time FROM contracts;
+    DROP TABLE contracts;
+    ALTER TABLE contracts_4 RENAME TO contracts;
+    CREATE INDEX contracts_by_submit ON contracts(submit_time);
+    CREATE INDEX contracts_waiting ON contracts(submit_time) WHERE end_time IS NULL;
+
+    CREATE TABLE demand_4 (
+        cluster             TEXT    NOT NULL DEFAULT '',
+        leaf                TEXT    NOT NULL,
+        at                  INTEGER NOT NULL,
+        pending_allocated   INTEGER NOT NULL,
+        pending_unallocated INTEGER NOT NULL,
+        running_allocated   INTEGER NOT NULL,
+        running_unallocated INTEGER NOT NULL,
+        PRIMARY KEY (cluster, leaf, at)
+    ) STRICT, WITHOUT ROWID;
+    INSERT INTO demand_4 (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated)
+        SELECT leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated FROM demand;
+    DROP TABLE demand;
+    ALTER TABLE demand_4 RENAME TO demand;
+
+    CREATE TABLE usage_snapshot_4 (
+        cluster     TEXT    NOT NULL DEFAULT '',
+        leaf        TEXT    NOT NULL,
+        charged     INTEGER NOT NULL,
+        unallocated INTEGER NOT NULL,
+        PRIMARY KEY (cluster, leaf)
+    ) STRICT;
+    INSERT INTO usage_snapshot_4 (leaf, charged, unallocated) SELECT leaf, charged, unallocated FROM usage_snapshot;
+    DROP TABLE usage_snapshot;
+    ALTER TABLE usage_snapshot_4 RENAME TO usage_snapshot;
+    -- One snapshot per cluster.
+    CREATE TABLE usage_snapshot_meta_4 (
+        cluster         TEXT    NOT NULL PRIMARY KEY,
+        computed_at     INTEGER NOT NULL,
+        budget_version  INTEGER NOT NULL,
+        capacity_gpus   INTEGER NOT NULL
+    ) STRICT;
+    INSERT INTO usage_snapshot_meta_4 (cluster, computed_at, budget_version, capacity_gpus)
+        SELECT '', computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta;
+    DROP TABLE usage_snapshot_meta;
+    ALTER TABLE usage_snapshot_meta_4 RENAME TO usage_snapshot_meta;
+
+    ALTER TABLE events ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
+    "#,
 ];
 
 /// The same schema on a MariaDB/MySQL server, migration for migration:
@@ -328,6 +416,25 @@ const SERVER_MIGRATIONS: &[&[&str]] = &[
         "CREATE INDEX contracts_waiting ON contracts(end_time, submit_time)",
         "CREATE INDEX events_by_kind ON events(kind, at)",
     ],
+    // Cluster names are at most 64 characters (`MAX_CLUSTER_NAME`): with a
+    // leaf path of 700, a key stays within InnoDB's 3,072 bytes.
+    &[
+        "ALTER TABLE runs ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST, DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, job_id, run_start)",
+        "ALTER TABLE contracts ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST, DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, job_id)",
+        "ALTER TABLE demand ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST, DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, leaf, at)",
+        "ALTER TABLE usage_snapshot ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' FIRST, DROP PRIMARY KEY, ADD PRIMARY KEY (cluster, leaf)",
+        "CREATE TABLE usage_snapshot_meta_4 (
+            cluster        VARCHAR(64) NOT NULL PRIMARY KEY,
+            computed_at    BIGINT      NOT NULL,
+            budget_version BIGINT      NOT NULL,
+            capacity_gpus  BIGINT      NOT NULL
+        ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin",
+        "INSERT INTO usage_snapshot_meta_4 (cluster, computed_at, budget_version, capacity_gpus)
+            SELECT '', computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta",
+        "DROP TABLE usage_snapshot_meta",
+        "RENAME TABLE usage_snapshot_meta_4 TO usage_snapshot_meta",
+        "ALTER TABLE events ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
+    ],
 ];
 
 /// The schema version of this allot (the same on both engines).
@@ -343,7 +450,14 @@ pub struct Ledger {
     conn: Conn,
     /// Where it is, for messages (a server's URL holds no password).
     path: String,
+    /// The cluster this connection reads and writes as (Slurm's
+    /// ClusterName); `None`: the lab, every cluster's rows (writes: '').
+    cluster: Option<String>,
 }
+
+/// The longest cluster name a ledger keeps (Slurm's own limit for
+/// slurmdbd's per-cluster tables is shorter).
+pub const MAX_CLUSTER_NAME: usize = 64;
 
 /// How long a writer waits for another writer before giving up. Writes are
 /// short (milliseconds), so this only bites when something is stuck.
@@ -399,14 +513,14 @@ impl Ledger {
         let path = Location::Server(server.clone()).to_string();
         let opts = server.options(writable).map_err(LedgerError::Config)?;
         let conn = mysql::Conn::new(opts).map_err(|source| LedgerError::Server { path: path.clone(), source })?;
-        let ledger = Ledger { conn: Conn::Server(std::cell::RefCell::new(conn)), path };
+        let ledger = Ledger { conn: Conn::Server(std::cell::RefCell::new(conn)), path, cluster: None };
         let found = ledger.server_schema_version()?;
         if writable {
             if found > SERVER_MIGRATIONS.len() {
                 return Err(LedgerError::SchemaMismatch { path: ledger.path, found, expected: SCHEMA_VERSION });
             }
             if found < SERVER_MIGRATIONS.len() {
-                ledger.migrate_server()?;
+                ledger.migrate_server(SERVER_MIGRATIONS.len())?;
             }
         } else if found == 0 {
             return Err(LedgerError::Missing { path: ledger.path });
@@ -437,7 +551,7 @@ impl Ledger {
     /// schema statement on its own, so migrations run under a named lock
     /// (two writers starting at once migrate once) and record their version
     /// one by one: one interrupted half-way is reported, not guessed at.
-    fn migrate_server(&self) -> Result<()> {
+    fn migrate_server(&self, to: usize) -> Result<()> {
         let err = self.err();
         let locked = self.conn.row("SELECT GET_LOCK(CONCAT(DATABASE(), '.allot_schema'), 30)", &[]).map_err(&err)?;
         if locked.map(|r| r.get::<Option<i64>>(0)).transpose().map_err(&err)?.flatten() != Some(1) {
@@ -449,7 +563,7 @@ impl Ledger {
             if found == 0 && self.conn.row("SELECT version FROM allot_schema_version", &[]).map_err(&err)?.is_none() {
                 self.conn.exec("INSERT INTO allot_schema_version (version) VALUES (0)", &[]).map_err(&err)?;
             }
-            for (i, statements) in SERVER_MIGRATIONS.iter().enumerate().skip(found) {
+            for (i, statements) in SERVER_MIGRATIONS.iter().enumerate().take(to).skip(found) {
                 for sql in *statements {
                     self.conn.exec(sql, &[]).map_err(|e| match e {
                         DbError::Server(source) => LedgerError::Migration { path: self.path.clone(), source: MigrationError::Server { version: i + 1, source } },
@@ -462,6 +576,19 @@ impl Ledger {
         })();
         let _ = self.conn.exec("DO RELEASE_LOCK(CONCAT(DATABASE(), '.allot_schema'))", &[]);
         result
+    }
+
+    /// A server database brought to an older schema `version` only (and
+    /// left unusable by this allot), for tests of the migrations from it.
+    #[cfg(feature = "testing")]
+    pub fn create_server_schema_version(location: &Location, version: usize) -> Result<Ledger> {
+        let Location::Server(server) = location else { return Err(LedgerError::Config("not a server ledger".into())) };
+        let path = location.to_string();
+        let opts = server.options(true).map_err(LedgerError::Config)?;
+        let conn = mysql::Conn::new(opts).map_err(|source| LedgerError::Server { path: path.clone(), source })?;
+        let ledger = Ledger { conn: Conn::Server(std::cell::RefCell::new(conn)), path, cluster: None };
+        ledger.migrate_server(version)?;
+        Ok(ledger)
     }
 
     /// A private in-memory ledger, for tests.
@@ -500,7 +627,7 @@ impl Ledger {
                 return Err(LedgerError::SchemaMismatch { path, found, expected: MIGRATIONS.len() });
             }
         }
-        Ok(Ledger { conn: Conn::Sqlite(conn), path })
+        Ok(Ledger { conn: Conn::Sqlite(conn), path, cluster: None })
     }
 
     /// Leaves the write-ahead log to others when this connection closes,
@@ -514,6 +641,86 @@ impl Ledger {
             c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(|source| LedgerError::Sqlite { path: self.path.clone(), source })?;
         }
         Ok(())
+    }
+
+    /// This connection as `cluster` (`None`: the lab as a whole): its writes
+    /// are that cluster's, its reads see that cluster's rows only. The lab
+    /// sees every cluster's, with usage summed per leaf.
+    pub fn for_cluster(mut self, cluster: Option<&str>) -> Result<Ledger> {
+        self.set_cluster(cluster)?;
+        Ok(self)
+    }
+
+    /// [`Ledger::for_cluster`] in place.
+    pub fn set_cluster(&mut self, cluster: Option<&str>) -> Result<()> {
+        if let Some(name) = cluster {
+            if name.is_empty() || name.len() > MAX_CLUSTER_NAME || name.chars().any(|c| c.is_control()) {
+                return Err(LedgerError::Config(format!(
+                    "cluster name '{}' cannot key a ledger: it must be 1 to {MAX_CLUSTER_NAME} characters, none of them control characters",
+                    name.escape_debug()
+                )));
+            }
+        }
+        self.cluster = cluster.map(str::to_owned);
+        Ok(())
+    }
+
+    /// The cluster this connection is scoped to; `None`: the lab.
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
+
+    /// The cluster written into rows: '' for an unscoped connection.
+    fn cluster_key(&self) -> &str {
+        self.cluster.as_deref().unwrap_or("")
+    }
+
+    /// `cluster = ? AND ` (qualified by `alias.` if given) and its
+    /// parameter when scoped to one cluster; nothing for the lab.
+    fn cluster_filter(&self, alias: &str) -> (String, Vec<db::Value>) {
+        match &self.cluster {
+            Some(c) => (format!("{alias}cluster = ? AND "), vec![db::Value::from(c)]),
+            None => (String::new(), Vec::new()),
+        }
+    }
+
+    /// Every cluster the ledger holds rows of, by name ('' for rows written
+    /// before schema 4 and not adopted yet, or by an unscoped writer).
+    pub fn clusters(&self) -> Result<Vec<String>> {
+        self.read(|c| {
+            let rows = c.rows(
+                "SELECT cluster FROM usage_snapshot_meta UNION SELECT DISTINCT cluster FROM contracts UNION SELECT DISTINCT cluster FROM runs ORDER BY 1",
+                &[],
+            )?;
+            rows.iter().map(|r| r.get::<String>(0)).collect()
+        })
+    }
+
+    /// Makes the rows of no cluster (written before schema 4, when the
+    /// ledger served one cluster) this connection's cluster's, in one
+    /// write; returns how many rows it adopted. Nothing for an unscoped
+    /// connection. A row that would collide with one the cluster already
+    /// has stays as it was.
+    pub fn adopt_unclustered(&mut self) -> Result<u64> {
+        let Some(cluster) = self.cluster.clone() else { return Ok(0) };
+        self.write(|c| {
+            let ignore = match c.dialect() {
+                Dialect::Sqlite => "UPDATE OR IGNORE",
+                Dialect::MySql => "UPDATE IGNORE",
+            };
+            let mut adopted = 0;
+            let mut tables = vec!["runs", "contracts", "demand", "events"];
+            // A snapshot is whole: the old one moves only if the cluster has none.
+            if c.row("SELECT 1 FROM usage_snapshot_meta WHERE cluster = ?", params![&cluster])?.is_none() {
+                tables.extend(["usage_snapshot", "usage_snapshot_meta"]);
+            }
+            for table in tables {
+                adopted += c.exec(&format!("{ignore} {table} SET cluster = ? WHERE cluster = ''"), params![&cluster])?;
+            }
+            c.exec("DELETE FROM usage_snapshot WHERE cluster = ''", &[])?;
+            c.exec("DELETE FROM usage_snapshot_meta WHERE cluster = ''", &[])?;
+            Ok(adopted)
+        })
     }
 
     /// Where this ledger lives, for messages.

@@ -2,7 +2,7 @@
 //! priority plugin once per period in one transaction.
 
 use allot::occupancy::Interval;
-use crate::db::{params, DbResult, Dialect, Row};
+use crate::db::{params, DbResult, Dialect, Row, Value};
 use crate::snapshot::UsageSnapshot;
 use crate::{Ledger, Result};
 
@@ -154,8 +154,8 @@ impl RunRow {
 fn open_run_sql(dialect: Dialect) -> String {
     match dialect {
         Dialect::Sqlite => format!(
-            "INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT(job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
+            "INSERT INTO runs (cluster, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(cluster, job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
                  leaf = excluded.leaf, account = excluded.account, user = excluded.user, gpus = excluded.gpus, allocated = excluded.allocated
              WHERE runs.run_end = runs.run_start AND (excluded.run_end IS NULL OR excluded.run_end > runs.run_end)"
         ),
@@ -168,7 +168,7 @@ fn open_run_sql(dialect: Dialect) -> String {
                 .map(|c| format!("{c} = IF({give_way}, VALUES({c}), {c})"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            format!("INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE {set}")
+            format!("INSERT INTO runs (cluster, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE {set}")
         }
     }
 }
@@ -180,16 +180,16 @@ fn open_run_sql(dialect: Dialect) -> String {
 fn contract_sql(dialect: Dialect) -> &'static str {
     match dialect {
         Dialect::Sqlite => {
-            "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT(job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
+            "INSERT INTO contracts (cluster, job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             ON CONFLICT(cluster, job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
                  min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
                  submit_time = CASE WHEN contracts.end_time IS NULL THEN MIN(contracts.submit_time, excluded.submit_time) ELSE excluded.submit_time END,
                  comment = excluded.comment, gpus = excluded.gpus"
         }
         Dialect::MySql => {
-            "INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            "INSERT INTO contracts (cluster, job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
              ON DUPLICATE KEY UPDATE user = VALUES(user), account = VALUES(account), leaf = VALUES(leaf),
                  min_runtime = VALUES(min_runtime), priority = VALUES(priority), resumable = VALUES(resumable),
                  submit_time = IF(end_time IS NULL, LEAST(submit_time, VALUES(submit_time)), VALUES(submit_time)),
@@ -198,43 +198,79 @@ fn contract_sql(dialect: Dialect) -> &'static str {
     }
 }
 
+/// `a` then `b`: a cluster filter's parameter before a query's own.
+fn with(mut a: Vec<Value>, b: &[Value]) -> Vec<Value> {
+    a.extend_from_slice(b);
+    a
+}
+
+/// Demand rows of (cluster, row), by leaf then time, as one row per leaf
+/// and time: at each time a cluster's demand changes, the sum of every
+/// cluster's demand in force. Rows of one cluster pass as they are.
+fn sum_demand_over_clusters(rows: Vec<(String, DemandRow)>) -> Vec<DemandRow> {
+    let mut out: Vec<DemandRow> = Vec::with_capacity(rows.len());
+    // The row in force per cluster, for the current leaf.
+    let mut in_force: std::collections::BTreeMap<String, DemandRow> = std::collections::BTreeMap::new();
+    for (cluster, row) in rows {
+        if out.last().is_some_and(|last| last.leaf != row.leaf) {
+            in_force.clear();
+        }
+        let (leaf, at) = (row.leaf.clone(), row.at);
+        in_force.insert(cluster, row);
+        let mut sum = DemandRow { leaf, at, pending_allocated: 0, pending_unallocated: 0, running_allocated: 0, running_unallocated: 0 };
+        for d in in_force.values() {
+            sum.pending_allocated += d.pending_allocated;
+            sum.pending_unallocated += d.pending_unallocated;
+            sum.running_allocated += d.running_allocated;
+            sum.running_unallocated += d.running_unallocated;
+        }
+        // Several clusters changing in the same second: one row, the last sum.
+        match out.last_mut() {
+            Some(last) if last.leaf == sum.leaf && last.at == sum.at => *last = sum,
+            _ => out.push(sum),
+        }
+    }
+    out
+}
+
 impl Ledger {
     /// Writes one period's runs, contracts, events and snapshot atomically.
     pub fn record_period(&mut self, period: &Period) -> Result<()> {
+        let cluster = self.cluster_key().to_owned();
         self.write(|c| {
             let open = open_run_sql(c.dialect());
-            let close = "UPDATE runs SET run_end = ?, end_reason = ? WHERE job_id = ? AND run_start = ? AND (run_end IS NULL OR (run_end = run_start AND ? > run_end))";
+            let close = "UPDATE runs SET run_end = ?, end_reason = ? WHERE cluster = ? AND job_id = ? AND run_start = ? AND (run_end IS NULL OR (run_end = run_start AND ? > run_end))";
             for update in &period.runs {
                 match update {
                     RunUpdate::Open(r) => {
-                        c.exec(&open, params![r.job_id, r.run_start, r.run_end, &r.leaf, &r.account, &r.user, r.gpus, r.allocated, &r.end_reason])?;
+                        c.exec(&open, params![&cluster, r.job_id, r.run_start, r.run_end, &r.leaf, &r.account, &r.user, r.gpus, r.allocated, &r.end_reason])?;
                     }
                     RunUpdate::Close { job_id, run_start, run_end, reason } => {
-                        c.exec(close, params![*run_end, reason, *job_id, *run_start, *run_end])?;
+                        c.exec(close, params![*run_end, reason, &cluster, *job_id, *run_start, *run_end])?;
                     }
                 }
             }
             let contract = contract_sql(c.dialect());
             for k in &period.contracts {
-                c.exec(contract, params![k.job_id, &k.user, &k.account, &k.leaf, k.min_runtime, &k.priority, k.resumable, k.submit_time, &k.comment, k.gpus])?;
+                c.exec(contract, params![&cluster, k.job_id, &k.user, &k.account, &k.leaf, k.min_runtime, &k.priority, k.resumable, k.submit_time, &k.comment, k.gpus])?;
             }
             // A requeued job may end again later: the last end is kept.
             for e in &period.job_ends {
-                c.exec("UPDATE contracts SET end_time = ? WHERE job_id = ?", params![e.at, e.job_id])?;
+                c.exec("UPDATE contracts SET end_time = ? WHERE cluster = ? AND job_id = ?", params![e.at, &cluster, e.job_id])?;
             }
             let demand = match c.dialect() {
                 Dialect::Sqlite => "INSERT OR REPLACE INTO demand",
                 Dialect::MySql => "REPLACE INTO demand",
             };
-            let demand = format!("{demand} (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES (?, ?, ?, ?, ?, ?)");
+            let demand = format!("{demand} (cluster, leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES (?, ?, ?, ?, ?, ?, ?)");
             for d in &period.demand {
-                c.exec(&demand, params![&d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
+                c.exec(&demand, params![&cluster, &d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
             }
             for e in &period.events {
-                c.exec("INSERT INTO events (at, job_id, kind, detail) VALUES (?, ?, ?, ?)", params![e.at, e.job_id, &e.kind, &e.detail])?;
+                c.exec("INSERT INTO events (cluster, at, job_id, kind, detail) VALUES (?, ?, ?, ?, ?)", params![&cluster, e.at, e.job_id, &e.kind, &e.detail])?;
             }
             if let Some(snapshot) = &period.snapshot {
-                snapshot.write(c)?;
+                snapshot.write(c, &cluster)?;
             }
             Ok(())
         })
@@ -250,33 +286,40 @@ impl Ledger {
 
     /// Runs still open: after a restart, the runs to pick up again.
     pub fn open_runs(&self) -> Result<Vec<RunRow>> {
-        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL ORDER BY job_id, run_start"), &[])?, row_to_run))
+        let (only, p) = self.cluster_filter("");
+        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}run_end IS NULL ORDER BY job_id, run_start"), &p)?, row_to_run))
     }
 
     /// Runs that overlap `[from, ...)`: open ones and those ended after `from`.
     pub fn runs_since(&self, from: i64) -> Result<Vec<RunRow>> {
+        let (only, p) = self.cluster_filter("");
         self.read(|c| {
-            collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE run_end IS NULL OR run_end > ? ORDER BY run_start, job_id"), params![from])?, row_to_run)
+            collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}(run_end IS NULL OR run_end > ?) ORDER BY run_start, job_id"), &with(p, params![from]))?, row_to_run)
         })
     }
 
     /// Every run of one job, oldest first.
     pub fn runs_of_job(&self, job_id: u32) -> Result<Vec<RunRow>> {
-        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE job_id = ? ORDER BY run_start"), params![job_id])?, row_to_run))
+        let (only, p) = self.cluster_filter("");
+        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}job_id = ? ORDER BY run_start"), &with(p, params![job_id]))?, row_to_run))
     }
 
+    /// The contract of `job_id`. For the lab, of the first cluster that
+    /// has one (job ids repeat across clusters: see [`Ledger::clusters_of_job`]).
     pub fn contract(&self, job_id: u32) -> Result<Option<ContractRow>> {
+        let (only, p) = self.cluster_filter("");
         self.read(|c| {
-            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE job_id = ?"), params![job_id])?.map(|r| Ok(row_to_contract(&r)?.0)).transpose()
+            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE {only}job_id = ? ORDER BY cluster"), &with(p, params![job_id]))?.map(|r| Ok(row_to_contract(&r)?.0)).transpose()
         })
     }
 
     /// Jobs submitted in `[from, to)`, with the time each left the queue
     /// for good (`None`: still queued or running), by submission.
     pub fn contracts_submitted(&self, from: i64, to: i64) -> Result<Vec<(ContractRow, Option<i64>)>> {
+        let (only, p) = self.cluster_filter("");
         self.read(|c| {
             collect(
-                c.rows(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id"), params![from, to])?,
+                c.rows(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE {only}submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id"), &with(p, params![from, to]))?,
                 row_to_contract,
             )
         })
@@ -285,14 +328,15 @@ impl Ledger {
     /// Jobs waiting as the ledger last heard: recorded with schema 3 or
     /// later (older rows have no end), not ended, no run going on. By submission.
     pub fn waiting_contracts(&self) -> Result<Vec<ContractRow>> {
+        let (only, p) = self.cluster_filter("c.");
         self.read(|c| {
             let rows = c.rows(
                 &format!(
-                    "SELECT {CONTRACT_COLUMNS} FROM contracts c WHERE end_time IS NULL AND gpus IS NOT NULL
-                     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.job_id = c.job_id AND r.run_end IS NULL)
+                    "SELECT {CONTRACT_COLUMNS} FROM contracts c WHERE {only}end_time IS NULL AND gpus IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.cluster = c.cluster AND r.job_id = c.job_id AND r.run_end IS NULL)
                      ORDER BY submit_time, job_id"
                 ),
-                &[],
+                &p,
             )?;
             collect(rows, |r| Ok(row_to_contract(r)?.0))
         })
@@ -300,40 +344,61 @@ impl Ledger {
 
     /// Each leaf's demand rows over `[from, ...)`: the row in force at
     /// `from` (if any) and every later one, by leaf then time.
+    /// For the lab, each leaf's demand summed over the clusters: a row at
+    /// every time one cluster's changes.
     pub fn demand_since(&self, from: i64) -> Result<Vec<DemandRow>> {
-        self.read(|c| {
+        let (only, p) = self.cluster_filter("d.");
+        let rows = self.read(|c| {
             let rows = c.rows(
-                "SELECT leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated FROM demand d
-                 WHERE at >= (SELECT COALESCE(MAX(at), ?) FROM demand e WHERE e.leaf = d.leaf AND e.at <= ?)
-                 ORDER BY leaf, at",
-                params![from, from],
+                &format!(
+                    "SELECT cluster, leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated FROM demand d
+                     WHERE {only}at >= (SELECT COALESCE(MAX(at), ?) FROM demand e WHERE e.cluster = d.cluster AND e.leaf = d.leaf AND e.at <= ?)
+                     ORDER BY leaf, at, cluster"
+                ),
+                &with(p, params![from, from]),
             )?;
             collect(rows, |r| {
-                Ok(DemandRow {
-                    leaf: r.get(0)?,
-                    at: r.get(1)?,
-                    pending_allocated: r.get(2)?,
-                    pending_unallocated: r.get(3)?,
-                    running_allocated: r.get(4)?,
-                    running_unallocated: r.get(5)?,
-                })
+                let row = DemandRow {
+                    leaf: r.get(1)?,
+                    at: r.get(2)?,
+                    pending_allocated: r.get(3)?,
+                    pending_unallocated: r.get(4)?,
+                    running_allocated: r.get(5)?,
+                    running_unallocated: r.get(6)?,
+                };
+                Ok((r.get::<String>(0)?, row))
             })
-        })
+        })?;
+        Ok(sum_demand_over_clusters(rows))
     }
 
     /// Events of one kind (`preempted`, ...) in `[from, to)`, oldest first.
     pub fn events_between(&self, kind: &str, from: i64, to: i64) -> Result<Vec<EventRow>> {
-        self.read(|c| collect(c.rows("SELECT at, job_id, kind, detail FROM events WHERE kind = ? AND at >= ? AND at < ? ORDER BY at, id", params![kind, from, to])?, row_to_event))
+        let (only, p) = self.cluster_filter("");
+        self.read(|c| {
+            collect(c.rows(&format!("SELECT at, job_id, kind, detail FROM events WHERE {only}kind = ? AND at >= ? AND at < ? ORDER BY at, id"), &with(p, params![kind, from, to]))?, row_to_event)
+        })
+    }
+
+    /// The clusters that know job `job_id` (a contract or a run of it):
+    /// one, unless the lab's clusters reused the id.
+    pub fn clusters_of_job(&self, job_id: u32) -> Result<Vec<String>> {
+        self.read(|c| {
+            let rows = c.rows("SELECT cluster FROM contracts WHERE job_id = ? UNION SELECT cluster FROM runs WHERE job_id = ? ORDER BY 1", params![job_id, job_id])?;
+            rows.iter().map(|r| r.get::<String>(0)).collect()
+        })
     }
 
     /// Events of one job, oldest first.
     pub fn events_of_job(&self, job_id: u32) -> Result<Vec<EventRow>> {
-        self.read(|c| collect(c.rows("SELECT at, job_id, kind, detail FROM events WHERE job_id = ? ORDER BY id", params![job_id])?, row_to_event))
+        let (only, p) = self.cluster_filter("");
+        self.read(|c| collect(c.rows(&format!("SELECT at, job_id, kind, detail FROM events WHERE {only}job_id = ? ORDER BY id"), &with(p, params![job_id]))?, row_to_event))
     }
 
     /// Charged (allocated) GPU-seconds per leaf path over `[from, to]`, from
     /// the runs; unallocated runs are excluded by definition.
     pub fn charged_by_leaf(&self, from: i64, to: i64) -> Result<Vec<(String, i64)>> {
+        let (only, p) = self.cluster_filter("");
         self.read(|c| {
             let (least, greatest) = match c.dialect() {
                 Dialect::Sqlite => ("MIN", "MAX"),
@@ -343,10 +408,10 @@ impl Ledger {
                 &format!(
                     "SELECT leaf, SUM(gpus * ({least}(COALESCE(run_end, ?), ?) - {greatest}(run_start, ?)))
                      FROM runs
-                     WHERE allocated = 1 AND leaf IS NOT NULL AND run_start < ? AND (run_end IS NULL OR run_end > ?)
+                     WHERE {only}allocated = 1 AND leaf IS NOT NULL AND run_start < ? AND (run_end IS NULL OR run_end > ?)
                      GROUP BY leaf ORDER BY leaf"
                 ),
-                params![to, to, from, to, from],
+                &[params![to, to, from], &p[..], params![to, from]].concat(),
             )?;
             collect(rows, |r| Ok((r.get(0)?, r.get(1)?)))
         })
@@ -485,5 +550,119 @@ mod tests {
         l.record_period(&Period { job_ends: vec![JobEnd { job_id: 9, at: 2000 }], ..Default::default() }).unwrap();
         l.record_period(&Period { contracts: vec![c(5000)], ..Default::default() }).unwrap();
         assert_eq!(submit(&l), 5000);
+    }
+
+    /// Two clusters on one ledger: the same job id is two jobs, each cluster
+    /// reads its own rows, and the lab sums them.
+    #[test]
+    fn clusters_share_a_ledger_without_colliding() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        let mut alpha = Ledger::open(&path).unwrap().for_cluster(Some("alpha")).unwrap();
+        let mut beta = Ledger::open(&path).unwrap().for_cluster(Some("beta")).unwrap();
+        let snapshot = |gpus, charged| crate::UsageSnapshot {
+            computed_at: 500,
+            budget_version: 1,
+            capacity_gpus: gpus,
+            leaves: vec![crate::LeafUsage { leaf: "a".into(), charged, unallocated: 0 }],
+        };
+        for (l, gpus, leaf_gpus, end) in [(&mut alpha, 8, 2, 200), (&mut beta, 4, 1, 300)] {
+            let period = Period {
+                runs: vec![RunUpdate::Open(run(1, 100, leaf_gpus, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: end, reason: "completed".into() }],
+                contracts: vec![contract(1, 90, leaf_gpus)],
+                demand: vec![demand("a", 100, leaf_gpus, 0)],
+                events: vec![EventRow { at: 150, job_id: 1, kind: "preempted".into(), detail: format!("{gpus}") }],
+                job_ends: vec![JobEnd { job_id: 1, at: end }],
+                snapshot: Some(snapshot(gpus, i64::from(leaf_gpus) * 100)),
+            };
+            l.record_period(&period).unwrap();
+        }
+        // Each cluster sees its own job 1.
+        assert_eq!(alpha.runs_of_job(1).unwrap()[0].run_end, Some(200));
+        assert_eq!(beta.runs_of_job(1).unwrap()[0].run_end, Some(300));
+        assert_eq!(alpha.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 200)]);
+        assert_eq!(beta.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 200)]);
+        assert_eq!(beta.events_of_job(1).unwrap().len(), 1);
+        assert_eq!(alpha.usage_snapshot().unwrap().unwrap().capacity_gpus, 8);
+        assert_eq!(beta.contracts_submitted(0, 1000).unwrap()[0].0.gpus, Some(1));
+        // The lab: both clusters' rows, usage and capacity summed.
+        let lab = Ledger::open_read_only(&path).unwrap();
+        assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
+        assert_eq!(lab.clusters_of_job(1).unwrap().len(), 2);
+        assert_eq!(lab.runs_of_job(1).unwrap().len(), 2);
+        assert_eq!(lab.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 400)]);
+        assert_eq!(lab.events_between("preempted", 0, 1000).unwrap().len(), 2);
+        let sum = lab.usage_snapshot().unwrap().unwrap();
+        assert_eq!((sum.capacity_gpus, sum.leaves[0].charged), (12, 300));
+        assert_eq!(lab.usage_snapshots().unwrap().len(), 2);
+        let d = lab.demand_since(0).unwrap();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!(d[0].pending_allocated, 3);
+        // A job end on one cluster does not end the other's job of that id.
+        let mut alpha2 = Ledger::open(&path).unwrap().for_cluster(Some("alpha")).unwrap();
+        alpha2.record_period(&Period { contracts: vec![contract(2, 400, 1)], ..Default::default() }).unwrap();
+        beta.record_period(&Period { job_ends: vec![JobEnd { job_id: 2, at: 500 }], ..Default::default() }).unwrap();
+        assert_eq!(alpha2.contracts_submitted(400, 401).unwrap()[0].1, None);
+    }
+
+    #[test]
+    fn lab_demand_is_the_sum_of_what_is_in_force_on_each_cluster() {
+        let rows = vec![
+            ("alpha".to_owned(), demand("a", 100, 4, 0)),
+            ("beta".to_owned(), demand("a", 150, 2, 0)),
+            ("alpha".to_owned(), demand("a", 200, 0, 1)),
+            ("alpha".to_owned(), demand("b", 100, 1, 0)),
+            ("beta".to_owned(), demand("b", 100, 1, 0)),
+        ];
+        let sums: Vec<_> = sum_demand_over_clusters(rows).iter().map(|d| (d.leaf.clone(), d.at, d.pending_allocated, d.running_allocated)).collect();
+        assert_eq!(
+            sums,
+            vec![("a".into(), 100, 4, 0), ("a".into(), 150, 6, 0), ("a".into(), 200, 2, 1), ("b".into(), 100, 2, 0)]
+        );
+    }
+
+    /// A ledger of schema 3 (one cluster, rows of no cluster) migrates, and
+    /// the first cluster that writes adopts its history; another cluster
+    /// adopts nothing.
+    #[test]
+    fn a_one_cluster_ledger_is_adopted_by_its_cluster() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("l.db");
+        {
+            let mut c = rusqlite::Connection::open(&path).unwrap();
+            crate::migrations().to_version(&mut c, 3).unwrap();
+            c.execute_batch(
+                "INSERT INTO runs (job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason) VALUES (5, 100, 300, 'a', 'a', 'u', 2, 1, 'completed');
+                 INSERT INTO contracts (job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus) VALUES (5, 'u', 'a', 'a', 60, 'normal', 1, 90, '', 2);
+                 INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES ('a', 400, 0);
+                 INSERT INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, 300, 1, 8);
+                 INSERT INTO demand (leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES ('a', 100, 0, 0, 2, 0);
+                 INSERT INTO events (at, job_id, kind, detail) VALUES (200, 5, 'preempted', 'x');",
+            )
+            .unwrap();
+        }
+        let lab = Ledger::open(&path).unwrap();
+        assert_eq!(lab.clusters().unwrap(), vec![String::new()]);
+        assert_eq!(lab.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 400)]);
+        let mut alpha = Ledger::open(&path).unwrap().for_cluster(Some("alpha")).unwrap();
+        assert!(alpha.runs_of_job(5).unwrap().is_empty(), "not adopted yet");
+        assert_eq!(alpha.adopt_unclustered().unwrap(), 6);
+        assert_eq!(alpha.runs_of_job(5).unwrap()[0].run_end, Some(300));
+        assert_eq!(alpha.contract(5).unwrap().unwrap().gpus, Some(2));
+        assert_eq!(alpha.usage_snapshot().unwrap().unwrap().capacity_gpus, 8);
+        assert_eq!(alpha.events_of_job(5).unwrap().len(), 1);
+        assert_eq!(alpha.demand_since(0).unwrap().len(), 1);
+        let mut beta = Ledger::open(&path).unwrap().for_cluster(Some("beta")).unwrap();
+        assert_eq!(beta.adopt_unclustered().unwrap(), 0);
+        assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned()]);
+        assert!(lab.check().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_cluster_name_that_cannot_key_a_ledger_is_refused() {
+        for bad in ["", "a\nb", &"x".repeat(65)] {
+            let e = Ledger::in_memory().unwrap().for_cluster(Some(bad)).err().unwrap();
+            assert!(e.to_string().contains("cannot key a ledger"), "{e}");
+        }
     }
 }

@@ -32,18 +32,18 @@ pub struct UsageSnapshot {
 }
 
 impl UsageSnapshot {
-    pub(crate) fn write(&self, c: &Conn) -> DbResult<()> {
-        c.exec("DELETE FROM usage_snapshot", &[])?;
+    pub(crate) fn write(&self, c: &Conn, cluster: &str) -> DbResult<()> {
+        c.exec("DELETE FROM usage_snapshot WHERE cluster = ?", params![cluster])?;
         for l in &self.leaves {
-            c.exec("INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES (?, ?, ?)", params![&l.leaf, l.charged, l.unallocated])?;
+            c.exec("INSERT INTO usage_snapshot (cluster, leaf, charged, unallocated) VALUES (?, ?, ?, ?)", params![cluster, &l.leaf, l.charged, l.unallocated])?;
         }
         let replace = match c.dialect() {
             Dialect::Sqlite => "INSERT OR REPLACE",
             Dialect::MySql => "REPLACE",
         };
         c.exec(
-            &format!("{replace} INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, ?, ?, ?)"),
-            params![self.computed_at, self.budget_version, self.capacity_gpus],
+            &format!("{replace} INTO usage_snapshot_meta (cluster, computed_at, budget_version, capacity_gpus) VALUES (?, ?, ?, ?)"),
+            params![cluster, self.computed_at, self.budget_version, self.capacity_gpus],
         )?;
         Ok(())
     }
@@ -77,19 +77,57 @@ impl UsageSnapshot {
     }
 }
 
+impl UsageSnapshot {
+    /// The lab's usage from each cluster's: charged and unallocated summed
+    /// per leaf, capacity summed, as old as the oldest, of the newest
+    /// budget version. `None` for no snapshot at all.
+    pub fn sum(snapshots: &[UsageSnapshot]) -> Option<UsageSnapshot> {
+        let first = snapshots.first()?;
+        if snapshots.len() == 1 {
+            return Some(first.clone());
+        }
+        let mut leaves: std::collections::BTreeMap<&str, LeafUsage> = std::collections::BTreeMap::new();
+        for l in snapshots.iter().flat_map(|s| &s.leaves) {
+            let sum = leaves.entry(&l.leaf).or_insert_with(|| LeafUsage { leaf: l.leaf.clone(), charged: 0, unallocated: 0 });
+            sum.charged += l.charged;
+            sum.unallocated += l.unallocated;
+        }
+        Some(UsageSnapshot {
+            computed_at: snapshots.iter().map(|s| s.computed_at).min().unwrap_or(first.computed_at),
+            budget_version: snapshots.iter().map(|s| s.budget_version).max().unwrap_or(first.budget_version),
+            capacity_gpus: snapshots.iter().map(|s| s.capacity_gpus).sum(),
+            leaves: leaves.into_values().collect(),
+        })
+    }
+}
+
 impl Ledger {
-    /// The latest usage snapshot, if the priority plugin ever wrote one.
+    /// The latest usage snapshot, if the priority plugin ever wrote one:
+    /// this cluster's, or for the lab every cluster's summed
+    /// ([`UsageSnapshot::sum`]).
     pub fn usage_snapshot(&self) -> Result<Option<UsageSnapshot>> {
+        let all = self.usage_snapshots()?;
+        Ok(UsageSnapshot::sum(&all.into_iter().map(|(_, s)| s).collect::<Vec<_>>()))
+    }
+
+    /// Each cluster's latest snapshot, by cluster name (only this
+    /// connection's cluster's when it is scoped to one).
+    pub fn usage_snapshots(&self) -> Result<Vec<(String, UsageSnapshot)>> {
+        let (only, p) = self.cluster_filter("");
+        let where_ = only.strip_suffix(" AND ").map(|w| format!("WHERE {w}")).unwrap_or_default();
         self.read(|c| {
-            let Some(meta) = c.row("SELECT computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta WHERE id = 1", &[])? else {
-                return Ok(None);
-            };
-            let leaves = c
-                .rows("SELECT leaf, charged, unallocated FROM usage_snapshot ORDER BY leaf", &[])?
-                .iter()
-                .map(|r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))
-                .collect::<DbResult<Vec<_>>>()?;
-            Ok(Some(UsageSnapshot { computed_at: meta.get(0)?, budget_version: meta.get(1)?, capacity_gpus: meta.get(2)?, leaves }))
+            let metas = c.rows(&format!("SELECT cluster, computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta {where_} ORDER BY cluster"), &p)?;
+            let mut out = Vec::with_capacity(metas.len());
+            for meta in metas {
+                let cluster: String = meta.get(0)?;
+                let leaves = c
+                    .rows("SELECT leaf, charged, unallocated FROM usage_snapshot WHERE cluster = ? ORDER BY leaf", params![&cluster])?
+                    .iter()
+                    .map(|r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))
+                    .collect::<DbResult<Vec<_>>>()?;
+                out.push((cluster, UsageSnapshot { computed_at: meta.get(1)?, budget_version: meta.get(2)?, capacity_gpus: meta.get(3)?, leaves }));
+            }
+            Ok(out)
         })
     }
 }

@@ -227,6 +227,38 @@ fn two_writers_at_once_write_every_version_once(e: &Engine) {
     assert_eq!(r.open_runs().unwrap().len(), 40);
 }
 
+/// Two clusters write one ledger: job 1 of each is its own job, each reads
+/// its own rows, and the unscoped (lab) reader sums them.
+fn two_clusters_share_one_ledger(e: &Engine) {
+    let snapshot = |gpus, charged| UsageSnapshot { computed_at: 500, budget_version: 1, capacity_gpus: gpus, leaves: vec![LeafUsage { leaf: "a".into(), charged, unallocated: 0 }] };
+    for (cluster, gpus, end) in [("alpha", 8, 200), ("beta", 4, 300)] {
+        let mut l = e.writer().for_cluster(Some(cluster)).unwrap();
+        l.record_period(&Period {
+            runs: vec![RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: end, reason: "completed".into() }],
+            contracts: vec![contract(1, 90, 2)],
+            demand: vec![DemandRow { leaf: "a".into(), at: 100, pending_allocated: gpus, pending_unallocated: 0, running_allocated: 0, running_unallocated: 0 }],
+            job_ends: vec![JobEnd { job_id: 1, at: end }],
+            snapshot: Some(snapshot(gpus, 100 * i64::from(gpus))),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let alpha = e.reader().unwrap().for_cluster(Some("alpha")).unwrap();
+    let beta = e.reader().unwrap().for_cluster(Some("beta")).unwrap();
+    assert_eq!(alpha.runs_of_job(1).unwrap()[0].run_end, Some(200));
+    assert_eq!(beta.runs_of_job(1).unwrap()[0].run_end, Some(300));
+    assert_eq!(beta.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 400)]);
+    assert_eq!(alpha.usage_snapshot().unwrap().unwrap().capacity_gpus, 8);
+    let lab = e.reader().unwrap();
+    assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
+    assert_eq!(lab.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 600)]);
+    let sum = lab.usage_snapshot().unwrap().unwrap();
+    assert_eq!((sum.capacity_gpus, sum.leaves[0].charged), (12, 1200));
+    assert_eq!(lab.demand_since(0).unwrap().iter().map(|d| d.pending_allocated).collect::<Vec<_>>(), vec![12]);
+    assert_eq!(lab.contracts_submitted(0, 1000).unwrap().len(), 2);
+    assert!(lab.check().unwrap().is_empty());
+}
+
 type Case = fn(&Engine);
 const CASES: &[(&str, Case)] = &[
     ("a_reader_sees_no_ledger_before_the_first_write", a_reader_sees_no_ledger_before_the_first_write),
@@ -236,6 +268,7 @@ const CASES: &[(&str, Case)] = &[
     ("demand_snapshot_events_and_identity", demand_snapshot_events_and_identity),
     ("text_compares_byte_for_byte", text_compares_byte_for_byte),
     ("two_writers_at_once_write_every_version_once", two_writers_at_once_write_every_version_once),
+    ("two_clusters_share_one_ledger", two_clusters_share_one_ledger),
 ];
 
 #[test]
@@ -255,6 +288,7 @@ fn every_case_on_a_mariadb_server() {
         case(&Engine::server(&server, &format!("case{i}")));
     }
     server_only_checks(&server);
+    a_schema_3_server_ledger_migrates_and_is_adopted(&server);
     a_server_that_dies_fails_fast_and_is_there_again_after_a_restart(&mut server);
 }
 
@@ -277,6 +311,30 @@ fn a_server_that_dies_fails_fast_and_is_there_again_after_a_restart(server: &mut
     let r = e.reader().unwrap();
     assert_eq!(r.current_budget_version().unwrap(), Some(1));
     assert_eq!(r.open_runs().unwrap().iter().map(|r| r.job_id).collect::<Vec<_>>(), vec![1], "the write that failed left nothing");
+}
+
+/// A server ledger of one cluster from before schema 4 keeps its history,
+/// and the first cluster to write adopts it.
+fn a_schema_3_server_ledger_migrates_and_is_adopted(server: &MariaDb) {
+    let e = Engine::server(server, "schema3");
+    let old = Ledger::create_server_schema_version(&e.location(true), 3).unwrap();
+    for sql in [
+        "INSERT INTO runs (job_id, run_start, run_end, leaf, account, user, gpus, allocated, end_reason) VALUES (5, 100, 300, 'a', 'a', 'u', 2, 1, 'completed')",
+        "INSERT INTO usage_snapshot (leaf, charged, unallocated) VALUES ('a', 400, 0)",
+        "INSERT INTO usage_snapshot_meta (id, computed_at, budget_version, capacity_gpus) VALUES (1, 300, 1, 8)",
+        "INSERT INTO events (at, job_id, kind, detail) VALUES (200, 5, 'preempted', 'x')",
+    ] {
+        old.execute_raw(sql).unwrap();
+    }
+    drop(old);
+    assert!(matches!(e.reader().err(), Some(LedgerError::SchemaMismatch { found: 3, .. })));
+    let mut alpha = e.writer().for_cluster(Some("alpha")).unwrap();
+    assert!(alpha.runs_of_job(5).unwrap().is_empty(), "not adopted yet");
+    assert_eq!(alpha.adopt_unclustered().unwrap(), 4);
+    assert_eq!(alpha.usage_snapshot().unwrap().unwrap().capacity_gpus, 8);
+    assert_eq!(alpha.events_of_job(5).unwrap().len(), 1);
+    assert_eq!(alpha.charged_by_leaf(0, 1000).unwrap(), vec![("a".to_owned(), 400)]);
+    assert!(alpha.check().unwrap().is_empty());
 }
 
 /// What only a server has: accounts, grants, a schema another allot wrote.
