@@ -17,7 +17,7 @@
 //! Tests use [`Ledger::in_memory`].
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 use rusqlite_migration::{Migrations, M};
@@ -94,6 +94,16 @@ pub enum MigrationError {
 }
 
 impl LedgerError {
+    /// SQLite's BUSY: another connection holds a lock this one needed.
+    fn is_busy(&self) -> bool {
+        let code = |e: &rusqlite::Error| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy);
+        match self {
+            LedgerError::Sqlite { source, .. } => code(source),
+            LedgerError::Migration { source: MigrationError::Sqlite(rusqlite_migration::Error::RusqliteError { err, .. }), .. } => code(err),
+            _ => false,
+        }
+    }
+
     fn from_db(path: &str, e: DbError) -> LedgerError {
         let path = path.to_owned();
         match e {
@@ -605,20 +615,16 @@ impl Ledger {
         let sql = |source| LedgerError::Sqlite { path: path.clone(), source };
         conn.busy_timeout(BUSY_TIMEOUT).map_err(sql)?;
         if writable {
-            // WAL: readers (the plugins) never wait for a writer, nor it for them.
-            conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
-            // NORMAL is durable across application crashes in WAL mode; only
-            // a power loss may drop the last transactions.
-            conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
-            conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
-            if let Err(source) = migrations().to_latest(&mut conn) {
-                // Two writers opening a new file at once both read version
-                // 0; the one that loses the race finds the tables made. If
-                // the other one's migration brought it to this version,
-                // there is nothing left to do.
-                let now: usize = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap_or(0);
-                if now != MIGRATIONS.len() {
-                    return Err(LedgerError::Migration { path: path.clone(), source: MigrationError::Sqlite(source) });
+            // Switching to WAL and a migration's deferred transaction take
+            // the write lock while holding a read lock; SQLite answers BUSY
+            // at once then (waiting could deadlock) instead of calling the
+            // busy handler. So when another writer is setting up the same
+            // new file, try again until the busy timeout.
+            let deadline = Instant::now() + BUSY_TIMEOUT;
+            loop {
+                match Self::setup_for_writing(&mut conn, &path) {
+                    Err(e) if e.is_busy() && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                    result => break result?,
                 }
             }
         } else {
@@ -628,6 +634,28 @@ impl Ledger {
             }
         }
         Ok(Ledger { conn: Conn::Sqlite(conn), path, cluster: None })
+    }
+
+    /// WAL, durability and the schema migrated to this version's.
+    fn setup_for_writing(conn: &mut Connection, path: &str) -> Result<()> {
+        let sql = |source| LedgerError::Sqlite { path: path.to_owned(), source };
+        // WAL: readers (the plugins) never wait for a writer, nor it for them.
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(sql)?;
+        // NORMAL is durable across application crashes in WAL mode; only
+        // a power loss may drop the last transactions.
+        conn.pragma_update(None, "synchronous", "NORMAL").map_err(sql)?;
+        conn.pragma_update(None, "foreign_keys", "ON").map_err(sql)?;
+        if let Err(source) = migrations().to_latest(conn) {
+            // Two writers opening a new file at once both read version
+            // 0; the one that loses the race finds the tables made. If
+            // the other one's migration brought it to this version,
+            // there is nothing left to do.
+            let now: usize = conn.pragma_query_value(None, "user_version", |row| row.get(0)).unwrap_or(0);
+            if now != MIGRATIONS.len() {
+                return Err(LedgerError::Migration { path: path.to_owned(), source: MigrationError::Sqlite(source) });
+            }
+        }
+        Ok(())
     }
 
     /// Leaves the write-ahead log to others when this connection closes,
