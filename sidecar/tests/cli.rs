@@ -112,12 +112,16 @@ fn every_error_in_a_file_is_reported() {
     assert!(!s.ledger().exists(), "a refused first sync created the ledger");
 }
 
-/// Test users, created once if missing (tests/support does the same).
+/// Test users, created once if missing (the cluster tests' harness does the
+/// same). Creation is one at a time, across threads and test processes
+/// (an flock): CI once saw a user's uid read in one test differ from the
+/// one `allot` read a moment later while other tests were adding users.
 fn ensure_user(user: &str) -> (u32, u32) {
+    let lock = std::fs::File::create("/run/allot-test-users.lock").expect("a lock file in /run (the tests run as root)");
+    let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
     if nix::unistd::User::from_name(user).unwrap().is_none() {
         let out = Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", user]).output().expect("useradd runs");
-        // Another test may have created it meanwhile.
-        assert!(out.status.success() || nix::unistd::User::from_name(user).unwrap().is_some(), "useradd {user}: {}", text(&out));
+        assert!(out.status.success(), "useradd {user}: {}", text(&out));
     }
     let u = nix::unistd::User::from_name(user).unwrap().unwrap();
     (u.uid.as_raw(), u.gid.as_raw())
