@@ -45,6 +45,9 @@
 #                     (default 17000). Two clusters need different DIRs and
 #                     bases at least 5 apart (e.g. 17000 and 17100).
 #   ALLOT_UP_TIMEOUT  seconds `up` waits for four idle nodes (default 30).
+#   ALLOT_CLUSTER_NAME  slurm.conf's ClusterName (default allot): the key of
+#                     this cluster's rows when several share one server
+#                     ledger (ALLOT_LEDGER_URL).
 #   ALLOT_RECOMPUTE_PERIOD, ALLOT_GRACE_TIME  written into DIR/etc/allot.conf
 #                     (defaults 2 and 5 seconds: test speed).
 #   ALLOT_SHIPPED_SETTINGS=1  everything as shipped in conf/, for benchmarks:
@@ -494,6 +497,8 @@ cmd_up() {
     if ! [[ $base =~ ^[0-9]+$ ]] || ((base < 1024 || base + ${#NODES[@]} > 65535)); then
         die "ALLOT_PORT_BASE=$base: need a number in 1024..65530"
     fi
+    local cluster_name=${ALLOT_CLUSTER_NAME:-allot}
+    [[ $cluster_name =~ ^[a-z][a-z0-9_-]{0,39}$ ]] || die "ALLOT_CLUSTER_NAME must be a lower-case name (letters, digits, _ and -, at most 40), got '$cluster_name'"
     local port accounting=${ALLOT_ACCOUNTING:-0}
     [[ $accounting == 0 || $accounting == 1 ]] || die "ALLOT_ACCOUNTING must be 0 or 1, got '$accounting'"
     local backup=${ALLOT_BACKUP_CTLD:-0} ctld_timeout=${ALLOT_CTLD_TIMEOUT:-5}
@@ -584,7 +589,7 @@ cmd_up() {
     render "$repo_root/conf/cluster/slurm.conf.in" "$CONF" \
         "DIR=$INNER" "CTLD_PORT=$base" "NODE_PORTS=[$((base + 1))-$((base + ${#NODES[@]}))]" \
         "PLUGIN_DIR=$plugin_dir" "PLUGINS=$snippet_name" "PARTITIONS=$partitions" \
-        "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed"
+        "SCHEDULER_PARAMETERS=$sched" "TEST_SPEED=$test_speed" "CLUSTER_NAME=$cluster_name"
     render "$repo_root/conf/cluster/gres.conf.in" "$ETC/gres.conf" "DIR=$INNER"
     if [[ ${ALLOT_CPU_ONLY:-0} == 1 ]]; then
         # A CPU-only cluster: no GPU GRES at all (the partition keeps its name).

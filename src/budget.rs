@@ -20,6 +20,7 @@
 //! unallocated_grace = "0s"   # grace of a min_runtime=0 victim
 //! small_job_gpus = 8         # a job of at most 8 GPUs ...
 //! small_job_min_runtime = "30m" # ... and 30 min guarantee needs no margin
+//! fair_share_usage = "cluster" # several clusters on one ledger: "lab" counts every cluster's usage
 //!
 //! [default_leaf]             # for users who are members of several leaves
 //! dave = "vision/detection/tracking"
@@ -111,6 +112,29 @@ pub struct ClusterSettings {
     pub small_job_gpus: u32,
     /// See `small_job_gpus`.
     pub small_job_min_runtime: Seconds,
+    /// Whose usage fair-share counts when several clusters share one
+    /// ledger (`fair_share_usage`): each cluster's own (the default), or the
+    /// lab's, so a team that used much on one cluster ranks lower on the
+    /// others too.
+    pub fair_share_usage: FairShareUsage,
+}
+
+/// [`ClusterSettings::fair_share_usage`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FairShareUsage {
+    #[default]
+    Cluster,
+    Lab,
+}
+
+impl FairShareUsage {
+    /// As the budget file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FairShareUsage::Cluster => "cluster",
+            FairShareUsage::Lab => "lab",
+        }
+    }
 }
 
 /// The resource a budget shares ([`ClusterSettings::charge`]).
@@ -153,6 +177,7 @@ impl Default for ClusterSettings {
             unallocated_grace: 0,
             small_job_gpus: 8,
             small_job_min_runtime: 30 * 60,
+            fair_share_usage: FairShareUsage::Cluster,
         }
     }
 }
@@ -385,7 +410,7 @@ impl fmt::Display for BudgetErrors {
 impl std::error::Error for BudgetErrors {}
 
 const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
-const CLUSTER_FIELDS: [&str; 12] = [
+const CLUSTER_FIELDS: [&str; 13] = [
     "charge",
     "gpus",
     "lookback",
@@ -398,6 +423,7 @@ const CLUSTER_FIELDS: [&str; 12] = [
     "preempt_smallest_first",
     "small_job_gpus",
     "small_job_min_runtime",
+    "fair_share_usage",
 ];
 const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
 
@@ -555,6 +581,19 @@ impl Parser<'_> {
             }
         };
         let small_job_min_runtime = self.duration(table, "small_job_min_runtime", defaults.small_job_min_runtime);
+        let fair_share_usage = match table.get("fair_share_usage").map(|i| i.as_str()) {
+            None => defaults.fair_share_usage,
+            Some(Some("cluster")) => FairShareUsage::Cluster,
+            Some(Some("lab")) => FairShareUsage::Lab,
+            Some(_) => {
+                self.error(
+                    Self::key_span(table, "fair_share_usage"),
+                    "cluster.fair_share_usage",
+                    "must be \"cluster\" (the default: fair-share counts each cluster's own usage) or \"lab\" (every cluster's that shares the ledger)",
+                );
+                defaults.fair_share_usage
+            }
+        };
         let settings = ClusterSettings {
             charge,
             gpus,
@@ -568,6 +607,7 @@ impl Parser<'_> {
             unallocated_grace,
             small_job_gpus,
             small_job_min_runtime,
+            fair_share_usage,
         };
         // The rules on the values themselves (a value that could not be read
         // has its error already, and the default in its place).
@@ -1195,6 +1235,7 @@ impl BudgetTree {
         setting("unallocated_grace", format_duration(o.unallocated_grace), format_duration(n.unallocated_grace));
         setting("small_job_gpus", o.small_job_gpus.to_string(), n.small_job_gpus.to_string());
         setting("small_job_min_runtime", format_duration(o.small_job_min_runtime), format_duration(n.small_job_min_runtime));
+        setting("fair_share_usage", o.fair_share_usage.as_str().to_owned(), n.fair_share_usage.as_str().to_owned());
 
         let leaf_path = |t: &BudgetTree, l: Option<&LeafId>| l.map(|&l| t.leaf_node(l).path.clone());
         let users: BTreeSet<&String> = old.default_leaf.keys().chain(self.default_leaf.keys()).collect();
@@ -1539,6 +1580,14 @@ members = ["*"]
         let got: Vec<(Option<usize>, &str, &str)> = e.iter().map(|e| (e.line, e.field.as_str(), e.message.as_str())).collect();
         assert_eq!(got, vec![(Some(2), "cluster.preempt_within_team", "must be true or false")]);
         assert_eq!(BudgetTree::parse(&format!("[cluster]\nunallocated_grace = \"30s\"\n{budget}")).unwrap().settings.unallocated_grace, 30);
+        // Whose usage fair-share counts: each cluster's own unless the budget says the lab's.
+        assert_eq!(BudgetTree::parse(budget).unwrap().settings.fair_share_usage, FairShareUsage::Cluster);
+        assert_eq!(BudgetTree::parse(&format!("[cluster]\nfair_share_usage = \"lab\"\n{budget}")).unwrap().settings.fair_share_usage, FairShareUsage::Lab);
+        let e = errors(&format!("[cluster]\nfair_share_usage = \"site\"\n{budget}"));
+        assert_eq!((e.len(), e[0].line, e[0].field.as_str()), (1, Some(2), "cluster.fair_share_usage"));
+        assert!(e[0].message.contains("\"cluster\"") && e[0].message.contains("\"lab\""), "{e:?}");
+        let lab = BudgetTree::parse(&format!("[cluster]\nfair_share_usage = \"lab\"\n{budget}")).unwrap();
+        assert!(lab.diff(&BudgetTree::parse(budget).unwrap()).iter().any(|c| matches!(c, BudgetChange::Setting { name: "fair_share_usage", .. })));
         assert_eq!(errors(&format!("[cluster]\nunallocated_grace = \"-1m\"\n{budget}"))[0].field, "cluster.unallocated_grace");
         let t = BudgetTree::parse(&format!("[cluster]\nsmall_job_gpus = 2\nsmall_job_min_runtime = \"15m\"\n{budget}")).unwrap();
         assert_eq!((t.settings.small_job_gpus, t.settings.small_job_min_runtime), (2, 900));

@@ -8,12 +8,14 @@
 use allot::budget::BudgetTree;
 use allot::fairshare::Ranking;
 
+use allot::budget::FairShareUsage;
+
 use crate::db::{params, Conn, DbResult, Dialect};
 use crate::{Ledger, Result};
 
 /// One leaf's usage in the window (or an inner node's: what leaves removed
 /// within the window used, see [`UsageSnapshot::orphans_for`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LeafUsage {
     pub leaf: String,
     /// Charged GPU-seconds.
@@ -23,7 +25,7 @@ pub struct LeafUsage {
 }
 
 /// Usage of every leaf at one moment.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UsageSnapshot {
     pub computed_at: i64,
     pub budget_version: i64,
@@ -110,11 +112,43 @@ impl Ledger {
         Ok(UsageSnapshot::sum(&all.into_iter().map(|(_, s)| s).collect::<Vec<_>>()))
     }
 
+    /// The usage the order of this connection's cluster is computed from:
+    /// its own snapshot, or, when the budget counts the lab's usage
+    /// (`fair_share_usage = "lab"`), its own plus every other cluster's
+    /// ([`Ledger::usage_of_other_clusters`]). For the lab (an unscoped
+    /// connection): every cluster's summed.
+    pub fn ranked_usage(&self, tree: &BudgetTree) -> Result<Option<UsageSnapshot>> {
+        let own = self.usage_snapshot()?;
+        if self.cluster().is_none() || tree.settings.fair_share_usage == FairShareUsage::Cluster {
+            return Ok(own);
+        }
+        let fresh_since = own.as_ref().map_or(i64::MIN, |s| s.computed_at - tree.settings.lookback);
+        let others = self.usage_of_other_clusters(fresh_since)?;
+        Ok(UsageSnapshot::sum(&own.into_iter().chain(others).collect::<Vec<_>>()))
+    }
+
+    /// The other clusters' usage, summed ([`UsageSnapshot::sum`]): for a
+    /// connection scoped to a cluster whose budget counts the lab's usage.
+    /// Snapshots computed before `fresh_since` are left out: a cluster
+    /// that stopped writing for longer than the window has no usage in it.
+    /// `None` when there is none (or for an unscoped connection).
+    pub fn usage_of_other_clusters(&self, fresh_since: i64) -> Result<Option<UsageSnapshot>> {
+        let Some(own) = self.cluster() else { return Ok(None) };
+        let others: Vec<UsageSnapshot> = self.snapshots_where("cluster <> ? AND cluster <> '' AND computed_at >= ?", vec![own.into(), fresh_since.into()])?.into_iter().map(|(_, s)| s).collect();
+        Ok(UsageSnapshot::sum(&others))
+    }
+
     /// Each cluster's latest snapshot, by cluster name (only this
     /// connection's cluster's when it is scoped to one).
     pub fn usage_snapshots(&self) -> Result<Vec<(String, UsageSnapshot)>> {
         let (only, p) = self.cluster_filter("");
-        let where_ = only.strip_suffix(" AND ").map(|w| format!("WHERE {w}")).unwrap_or_default();
+        self.snapshots_where(only.strip_suffix(" AND ").unwrap_or("1 = 1"), p)
+    }
+
+    /// The snapshots of the clusters `condition` (on usage_snapshot_meta)
+    /// selects, by cluster name.
+    fn snapshots_where(&self, condition: &str, p: Vec<crate::db::Value>) -> Result<Vec<(String, UsageSnapshot)>> {
+        let where_ = format!("WHERE {condition}");
         self.read(|c| {
             let metas = c.rows(&format!("SELECT cluster, computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta {where_} ORDER BY cluster"), &p)?;
             let mut out = Vec::with_capacity(metas.len());

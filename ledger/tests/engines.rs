@@ -257,6 +257,21 @@ fn two_clusters_share_one_ledger(e: &Engine) {
     assert_eq!(lab.demand_since(0).unwrap().iter().map(|d| d.pending_allocated).collect::<Vec<_>>(), vec![12]);
     assert_eq!(lab.contracts_submitted(0, 1000).unwrap().len(), 2);
     assert!(lab.check().unwrap().is_empty());
+
+    // What each cluster ranks by: its own usage, or with fair_share_usage =
+    // "lab" every cluster's (a snapshot older than the window left out).
+    let own = BudgetTree::parse(V1).unwrap();
+    let lab_wide = BudgetTree::parse(&format!("[cluster]\nfair_share_usage = \"lab\"\nlookback = \"100s\"\n{V1}")).unwrap();
+    let ranked = |l: &Ledger, tree: &BudgetTree| l.ranked_usage(tree).unwrap().map(|s| (s.capacity_gpus, s.leaves[0].charged));
+    assert_eq!(ranked(&alpha, &own), Some((8, 800)));
+    assert_eq!(ranked(&alpha, &lab_wide), Some((12, 1200)));
+    assert_eq!(ranked(&beta, &lab_wide), Some((12, 1200)));
+    assert_eq!(alpha.usage_of_other_clusters(0).unwrap().map(|s| s.capacity_gpus), Some(4));
+    assert_eq!(alpha.usage_of_other_clusters(501).unwrap(), None, "beta's snapshot of t=500 is not fresh at 501");
+    let mut beta_writer = e.writer().for_cluster(Some("beta")).unwrap();
+    beta_writer.record_period(&Period { snapshot: Some(UsageSnapshot { computed_at: 390, ..snapshot(4, 400) }), ..Default::default() }).unwrap();
+    assert_eq!(ranked(&alpha, &lab_wide), Some((8, 800)), "beta's usage computed 110 s before alpha's, past the 100-s window");
+    assert_eq!(ranked(&lab, &lab_wide), Some((12, 1200)), "the lab sums every cluster's snapshot");
 }
 
 type Case = fn(&Engine);

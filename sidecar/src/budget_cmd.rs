@@ -81,7 +81,7 @@ fn show(ledger_path: &Location, node: Option<&str>, version: Option<i64>) -> any
     // Usage (by leaf path, so it applies to a newly synced version too), for
     // the current version only: an old version's is not in the ledger.
     let is_current = ledger.current_budget_version()? == Some(v.version);
-    let ranking = if is_current { ledger.usage_snapshot()?.map(|s| (s.ranking(&tree), s.computed_at)) } else { None };
+    let ranking = if is_current { ledger.ranked_usage(&tree)?.map(|s| (s.ranking(&tree), s.computed_at)) } else { None };
 
     let s = &tree.settings;
     println!(

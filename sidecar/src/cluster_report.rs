@@ -716,7 +716,7 @@ pub struct QueueView {
 pub fn queue_rows(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<QueueView> {
     use allot::order::{order_jobs, PendingJob};
     let waiting = l.waiting_contracts().context("reading the waiting jobs")?;
-    let snapshot = l.usage_snapshot()?;
+    let snapshot = l.ranked_usage(tree)?;
     let ranking = snapshot.as_ref().map(|s| s.ranking(tree));
     let jobs: Vec<(PendingJob, &allot_ledger::ContractRow)> = waiting
         .iter()
@@ -772,7 +772,7 @@ pub struct ReportArgs<'a> {
 }
 
 /// `allot report [--since D] [--json FILE] [--plots DIR [--under NODE]]`.
-pub fn run(ledger: &Location, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()> {
+pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, args: &ReportArgs<'_>, now: i64) -> anyhow::Result<()> {
     let ReportArgs { since, json, plots, under, font } = *args;
     if under.is_some() && plots.is_none() {
         return Err(anyhow!("--under draws a subtree's pictures: give --plots DIR too"));
@@ -780,7 +780,7 @@ pub fn run(ledger: &Location, args: &ReportArgs<'_>, now: i64) -> anyhow::Result
     // A missing font fails before any work.
     let font = plots.map(|_| plot::load_font(font)).transpose()?;
     let since = parse_since(since)?;
-    let l = Ledger::connect_read_only(ledger)?;
+    let l = crate::open_reader(ledger, cluster, crate::Reads::Jobs, "allot report --cluster NAME")?;
     let (report, timelines) = compute_with_timelines(&l, since, now)?;
     match json {
         // `--json -`: the JSON on standard output, instead of the text (so a

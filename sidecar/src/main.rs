@@ -55,6 +55,10 @@ enum Command {
         /// The window, ending now (default: the budget's lookback).
         #[arg(long)]
         window: Option<String>,
+        /// When several clusters share the ledger: the one (its Slurm
+        /// ClusterName) to show. Default: the lab as a whole (every cluster's usage summed).
+        #[arg(long, value_name = "NAME")]
+        cluster: Option<String>,
     },
     /// The cluster's fairness figures from the ledger: per budget delivered
     /// against owed (given its demand), charged and unallocated; occupancy;
@@ -78,6 +82,10 @@ enum Command {
         /// TrueType font for the pictures' text.
         #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
         font: PathBuf,
+        /// When several clusters share the ledger: the one (its Slurm
+        /// ClusterName) to show. Default: the lab as a whole when the ledger has one cluster; a report follows jobs, whose ids repeat across clusters, so with several it asks which.
+        #[arg(long, value_name = "NAME")]
+        cluster: Option<String>,
     },
     /// A read-only web page over the ledger: the figures of `allot report`,
     /// the tree, the waiting jobs in allot's order, any job's `allot why`,
@@ -93,10 +101,20 @@ enum Command {
         /// TrueType font for the pictures' text.
         #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
         font: PathBuf,
+        /// When several clusters share the ledger: the one (its Slurm
+        /// ClusterName) to show. Default: the lab as a whole when the ledger has one cluster (with several it asks which).
+        #[arg(long, value_name = "NAME")]
+        cluster: Option<String>,
     },
     /// Why a job is where it is: its contract, runs, preemptions, and its
     /// budget's place in the fair-share order, level by level.
-    Why { job: u32 },
+    Why {
+        job: u32,
+        /// When several clusters share the ledger: the one (its Slurm
+        /// ClusterName) to show. Default: the lab as a whole: the cluster that has a job of this number (with two, it asks which).
+        #[arg(long, value_name = "NAME")]
+        cluster: Option<String>,
+    },
     /// Check the ledger file, or recover from a damaged one.
     #[command(subcommand)]
     Ledger(ledger_cmd::LedgerCommand),
@@ -228,13 +246,13 @@ fn main() -> ExitCode {
         Command::Budget(cmd) => budget_cmd::run(cmd, &inv, now()),
         Command::History { limit } => history::run(&ledger, limit),
         Command::Watch { file } => watch_file(&inv, &file),
-        Command::Usage { window } => report::usage(&ledger, window.as_deref(), now()),
-        Command::Report { since, json, plots, under, font } => {
+        Command::Usage { window, cluster } => report::usage(&ledger, cluster.as_deref(), window.as_deref(), now()),
+        Command::Report { since, json, plots, under, font, cluster } => {
             let args = cluster_report::ReportArgs { since: since.as_deref(), json: json.as_deref(), plots: plots.as_deref(), under: under.as_deref(), font: &font };
-            cluster_report::run(&ledger, &args, now())
+            cluster_report::run(&ledger, cluster.as_deref(), &args, now())
         }
-        Command::Serve { listen, since, font } => serve::run(&ledger, &listen, since.as_deref(), &font),
-        Command::Why { job } => report::why(&ledger, job),
+        Command::Serve { listen, since, font, cluster } => serve::run(&ledger, cluster.as_deref(), &listen, since.as_deref(), &font),
+        Command::Why { job, cluster } => report::why(&ledger, cluster.as_deref(), job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),
         Command::Simulate(_) | Command::Generate(_) | Command::Doctor { .. } => unreachable!("handled above"),

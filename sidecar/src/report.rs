@@ -19,7 +19,7 @@ fn current_tree(l: &Ledger) -> anyhow::Result<(i64, BudgetTree)> {
 
 /// The ranking the plugins last computed (same usage, same code), if any.
 fn last_ranking(l: &Ledger, tree: &BudgetTree) -> anyhow::Result<Option<(Ranking, i64)>> {
-    Ok(l.usage_snapshot()?.map(|s| (s.ranking(tree), s.computed_at)))
+    Ok(l.ranked_usage(tree)?.map(|s| (s.ranking(tree), s.computed_at)))
 }
 
 fn hours(gpu_seconds: f64) -> String {
@@ -28,8 +28,8 @@ fn hours(gpu_seconds: f64) -> String {
 
 /// `allot usage [--window D]`: GPU-hours charged per leaf over the window
 /// ending now, against each leaf's allocation.
-pub fn usage(ledger: &Location, window: Option<&str>, now: i64) -> anyhow::Result<()> {
-    let l = Ledger::connect_read_only(ledger)?;
+pub fn usage(ledger: &Location, cluster: crate::ClusterScope<'_>, window: Option<&str>, now: i64) -> anyhow::Result<()> {
+    let l = crate::open_reader(ledger, cluster, crate::Reads::SumsPerBudget, "allot usage --cluster NAME")?;
     let (version, tree) = current_tree(&l)?;
     let window = match window {
         Some(w) => parse_duration(w).map_err(|e| anyhow!("--window: {e}"))?,
@@ -86,8 +86,8 @@ pub fn usage(ledger: &Location, window: Option<&str>, now: i64) -> anyhow::Resul
 
 /// `allot why JOB`: the job's contract, runs and events, and where its leaf
 /// stands in the fair-share order, level by level.
-pub fn why(ledger: &Location, job: u32) -> anyhow::Result<()> {
-    print!("{}", why_text(&Ledger::connect_read_only(ledger)?, job)?);
+pub fn why(ledger: &Location, cluster: crate::ClusterScope<'_>, job: u32) -> anyhow::Result<()> {
+    print!("{}", why_text(&crate::open_reader(ledger, cluster, crate::Reads::SumsPerBudget, "allot why JOB --cluster NAME")?, job)?);
     Ok(())
 }
 
@@ -95,6 +95,12 @@ pub fn why(ledger: &Location, job: u32) -> anyhow::Result<()> {
 pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
     let mut out = String::new();
     let (_, tree) = current_tree(l)?;
+    if l.cluster().is_none() {
+        let on = l.clusters_of_job(job)?;
+        if on.len() > 1 {
+            return Err(anyhow!("job {job} is on clusters {}: say which with `allot why {job} --cluster NAME`", on.join(", ")));
+        }
+    }
     let contract = l.contract(job)?;
     let runs = l.runs_of_job(job)?;
     let events = l.events_of_job(job)?;

@@ -34,6 +34,8 @@ use crate::cluster_report::{compute_with_timelines, draw_queue, draw_shares, que
 /// What `allot serve` serves.
 pub struct Site {
     pub ledger: Location,
+    /// The cluster shown (`--cluster`); `None`: the ledger's only one.
+    pub cluster: Option<String>,
     /// The span of the figures, seconds before now.
     pub since: i64,
     /// `None`: no font, so no pictures (the page says why).
@@ -105,8 +107,13 @@ impl Site {
         result.unwrap_or_else(|e| Page::html(500, shell("allot: error", html! { h1 { "allot could not read the ledger" } pre { (format!("{e:#}")) } })))
     }
 
+    /// The ledger, as the cluster shown.
+    fn open(&self) -> anyhow::Result<Ledger> {
+        crate::open_reader(&self.ledger, self.cluster.as_deref(), crate::Reads::Jobs, "allot serve --cluster NAME")
+    }
+
     fn report(&self, now: i64) -> anyhow::Result<(Ledger, ClusterReport, Timelines)> {
-        let l = Ledger::connect_read_only(&self.ledger)?;
+        let l = self.open()?;
         let (report, timelines) = compute_with_timelines(&l, self.since, now)?;
         Ok((l, report, timelines))
     }
@@ -114,7 +121,7 @@ impl Site {
     fn front(&self, now: i64) -> anyhow::Result<Page> {
         let (l, r, t) = self.report(now)?;
         let tree = &t.tree;
-        let snapshot = l.usage_snapshot()?;
+        let snapshot = l.ranked_usage(tree)?;
         let ranking = snapshot.as_ref().map(|s| s.ranking(tree));
         let QueueView { rows: queue, more, .. } = queue_rows(&l, tree)?;
         let ranked_at = snapshot.as_ref().map_or("Not ranked yet".to_owned(), |s| format!("In the order of the plugins' ranking at {}", crate::format_time(s.computed_at)));
@@ -194,7 +201,7 @@ impl Site {
         let Ok(id) = job.trim().parse::<u32>() else {
             return Ok(Page::html(400, shell("allot why", html! { h1 { "allot why" } p { "Give a job number: " code { "/why?job=42" } } (back) })));
         };
-        let l = Ledger::connect_read_only(&self.ledger)?;
+        let l = self.open()?;
         let (status, text) = match crate::report::why_text(&l, id) {
             Ok(text) => (200, text),
             Err(e) => (404, format!("{e:#}")),
@@ -263,15 +270,15 @@ impl Site {
 }
 
 /// `allot serve`: answers until killed.
-pub fn run(ledger: &Location, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
+pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
     let since = crate::cluster_report::parse_since(since)?;
     // Fail early on a ledger that cannot be read at all.
-    drop(Ledger::connect_read_only(ledger)?);
+    drop(crate::open_reader(ledger, cluster, crate::Reads::Jobs, "allot serve --cluster NAME")?);
     let (font, font_problem) = match plot::load_font(font) {
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(e.to_string())),
     };
-    let site = Site { ledger: ledger.to_owned(), since, font, font_problem, checked: std::sync::Mutex::new(None) };
+    let site = Site { ledger: ledger.to_owned(), cluster: cluster.map(str::to_owned), since, font, font_problem, checked: std::sync::Mutex::new(None) };
     let server = Server::http(listen).map_err(|e| anyhow!("cannot listen on {listen}: {e}"))?;
     let addr = server.server_addr().to_ip().map_or_else(|| listen.to_owned(), |a| a.to_string());
     println!("allot serve: http://{addr}/ (read-only; ledger {})", ledger);

@@ -51,7 +51,7 @@ fn the_probe_covers_the_fields_the_plugins_read() {
         ("gres_job_state_t", &["gres_per_job", "gres_per_node", "gres_per_socket", "gres_per_task", "total_gres"]),
         ("part_record_t", &["name"]),
         ("slurmctld_lock_t", &["conf", "job", "node", "part", "fed"]),
-        ("slurm_conf_t", &["job_comp_type", "slurm_conf", "slurm_user_id"]),
+        ("slurm_conf_t", &["cluster_name", "job_comp_type", "plugindir", "slurm_conf", "slurm_user_id", "state_save_location"]),
     ];
     for (ty, fields) in read {
         c(ty, "sizeof");

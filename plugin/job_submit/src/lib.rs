@@ -67,7 +67,7 @@ impl Plugin for JobSubmitAllot {
     fn init() -> Result<Self, String> {
         let conf = allot_slurm::load_allot_conf()?;
         let follower = if allot_slurm::ctld::in_slurmctld() {
-            Some(FollowerThread::start("allot-submit", &conf.ledger, allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+            Some(FollowerThread::start("allot-submit", &conf.ledger, allot_slurm::cluster_name().as_deref(), allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
         } else {
             None
         };

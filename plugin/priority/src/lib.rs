@@ -52,9 +52,10 @@ impl Plugin for PriorityAllot {
             let conf = allot_slurm::load_allot_conf()?;
             let ctld = Slurmctld::get().ok_or("cannot reach slurmctld's job table")?;
             log::info!(
-                "{}: ledger {}, recompute every {} s",
+                "{}: ledger {} as cluster {}, recompute every {} s",
                 allot::BUILD,
                 conf.ledger,
+                allot_slurm::cluster_name().as_deref().unwrap_or("(no ClusterName)"),
                 conf.recompute_period.as_secs()
             );
             let jobcomp = allot_slurm::jobcomp_type().unwrap_or_default();

@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use allot::budget::BudgetTree;
+use allot::budget::{BudgetTree, FairShareUsage};
 use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot::occupancy::usage_in_window;
@@ -220,6 +220,10 @@ pub struct Worker {
     writer: LedgerFile,
     writer_problems: ProblemLog,
     copy_problems: ProblemLog,
+    /// The other clusters' usage, as last read (`fair_share_usage = "lab"`):
+    /// kept while the ledger cannot be read.
+    others: Option<UsageSnapshot>,
+    others_problems: ProblemLog,
     book: Option<RunBook>,
     /// The identity of the ledger file the book's runs were last all written
     /// to (or read from): another file gets the whole window again.
@@ -276,7 +280,8 @@ impl UserNames {
 impl Worker {
     pub fn new(ledger: Location, period: Duration, order: Arc<Mutex<OrderState>>, signal: Arc<Signal>, run_ends: Arc<RunEnds>) -> Worker {
         let last_good = allot_slurm::last_good_path();
-        let follower = Follower::new(ledger.clone(), last_good.clone());
+        let cluster = allot_slurm::cluster_name();
+        let follower = Follower::new(ledger.clone(), cluster.as_deref(), last_good.clone());
         Worker {
             last_good,
             period,
@@ -284,9 +289,11 @@ impl Worker {
             signal,
             run_ends,
             follower,
-            writer: LedgerFile::writable(ledger),
+            writer: LedgerFile::writable(ledger, cluster.as_deref()),
             writer_problems: ProblemLog::default(),
             copy_problems: ProblemLog::default(),
+            others: None,
+            others_problems: ProblemLog::default(),
             book: None,
             book_ledger: None,
             book_loaded: false,
@@ -339,6 +346,19 @@ impl Worker {
         Ok((rows, identity))
     }
 
+    /// The other clusters' usage in the window, when the budget counts the
+    /// lab's (else `None`); the last read while the ledger cannot be read.
+    fn other_clusters_usage(&mut self, tree: &BudgetTree, now: i64) -> Option<UsageSnapshot> {
+        if tree.settings.fair_share_usage != FairShareUsage::Lab {
+            return None;
+        }
+        let result = self.writer().and_then(|l| l.usage_of_other_clusters(now - tree.settings.lookback).map_err(|e| e.to_string()));
+        self.writer.close_if_server_failed(&result);
+        let result = result.map(|others| self.others = others);
+        self.others_problems.report("reading the other clusters' usage", result);
+        self.others.clone()
+    }
+
     fn cycle(&mut self, ctld: &'static Slurmctld) {
         let now = allot_slurm::now();
         // 1. The budget, from the ledger (the follower keeps the last good one).
@@ -384,12 +404,14 @@ impl Worker {
             self.tree_version = Some(tree_key);
         }
 
+        let others = self.other_clusters_usage(&tree, now);
+
         // 2. Under slurmctld's locks.
         let mut changed = 0usize;
         let mut snapshot = None;
         let order = self.order.clone();
         ctld.locked(|locked| {
-            let Recomputed { changed: c, ranking, usage, orphans, capacity, map } = self.recompute(locked, &tree, rules, now);
+            let Recomputed { changed: c, ranking, usage, orphans, capacity, map } = self.recompute(locked, &tree, rules, others.as_ref(), now);
             changed = c;
             snapshot = Some(UsageSnapshot {
                 computed_at: now,
@@ -437,7 +459,9 @@ impl Worker {
     }
 
     /// The locked part of a cycle.
-    fn recompute(&mut self, locked: &mut Locked<'_>, tree: &BudgetTree, rules: ContractRules, now: i64) -> Recomputed {
+    /// `others`: the other clusters' usage, counted in the ranking (not in
+    /// this cluster's snapshot) when the budget counts the lab's.
+    fn recompute(&mut self, locked: &mut Locked<'_>, tree: &BudgetTree, rules: ContractRules, others: Option<&UsageSnapshot>, now: i64) -> Recomputed {
         let nodes = locked.nodes();
         let draining: Vec<usize> = nodes.iter().filter(|n| n.draining).map(|n| n.index).collect();
         let unit = tree.settings.charge;
@@ -615,7 +639,17 @@ impl Worker {
             .filter(|&(_, used)| used > 0)
             .map(|(node, used)| (node as allot::budget::NodeId, used))
             .collect();
-        let ranking = Ranking::compute_with_orphans(tree, &usage.charged, &orphans, capacity, now);
+        let ranking = match others {
+            // As the other plugins and `allot why` rank from the snapshots:
+            // this cluster's usage plus the others' (UsageSnapshot::sum).
+            Some(o) => {
+                let charged: Vec<i64> = usage.charged.iter().zip(o.charged_for(tree)).map(|(own, theirs)| own + theirs).collect();
+                let mut lab_orphans = orphans.clone();
+                lab_orphans.extend(o.orphans_for(tree));
+                Ranking::compute_with_orphans(tree, &charged, &lab_orphans, tree.settings.gpus.unwrap_or(capacity + o.capacity_gpus), now)
+            }
+            None => Ranking::compute_with_orphans(tree, &usage.charged, &orphans, capacity, now),
+        };
 
         // The order, as priorities.
         let (map, priorities) = PriorityMap::build(&ranking, &pending);

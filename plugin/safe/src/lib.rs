@@ -76,6 +76,13 @@ pub fn jobcomp_type() -> Option<String> {
     unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).job_comp_type) }.map(str::to_owned)
 }
 
+/// slurm.conf's `ClusterName` (Slurm keeps it in lower case): the key of
+/// this slurmctld's rows in a ledger that several clusters share.
+pub fn cluster_name() -> Option<String> {
+    // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup; cluster_name is a NUL-terminated string or NULL.
+    unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).cluster_name) }.map(str::to_owned).filter(|c| !c.is_empty())
+}
+
 /// The uid Slurm's daemons run as (`SlurmUser`).
 pub fn slurm_user_id() -> u32 {
     // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup.

@@ -84,6 +84,9 @@ impl ProblemLog {
 /// reconnected after any error (`close`).
 pub struct LedgerFile {
     location: Location,
+    /// The cluster its rows are this slurmctld's (Slurm's ClusterName):
+    /// several clusters may share one server ledger.
+    cluster: Option<String>,
     writable: bool,
     /// The connection, the inode of the file it was opened on, and that of
     /// the write-ahead log it writes to once there is one (0 and `None` on
@@ -136,14 +139,30 @@ fn inode(path: &Path) -> Option<u64> {
 }
 
 impl LedgerFile {
-    /// For reading: the file (or the server's schema) must exist.
-    pub fn read_only(location: impl Into<Location>) -> LedgerFile {
-        LedgerFile { location: location.into(), writable: false, open: None, generation: 0 }
+    /// For reading, as `cluster` (its runs and usage; `None`: every
+    /// cluster's): the file (or the server's schema) must exist.
+    pub fn read_only(location: impl Into<Location>, cluster: Option<&str>) -> LedgerFile {
+        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: false, open: None, generation: 0 }
     }
-    /// For writing: a missing file is created (empty, no budget); a
-    /// server's schema is created or migrated.
-    pub fn writable(location: impl Into<Location>) -> LedgerFile {
-        LedgerFile { location: location.into(), writable: true, open: None, generation: 0 }
+    /// For writing, as `cluster`: a missing file is created (empty, no
+    /// budget); a server's schema is created or migrated. On each new
+    /// connection, the rows of no cluster (a ledger from before clusters
+    /// were named, schema 3 or older) become this cluster's.
+    pub fn writable(location: impl Into<Location>, cluster: Option<&str>) -> LedgerFile {
+        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: true, open: None, generation: 0 }
+    }
+
+    /// A new connection, scoped to this file's cluster (and, for a writer,
+    /// with the unnamed rows adopted).
+    fn scoped(&self, mut ledger: Ledger) -> Result<Ledger, String> {
+        ledger.set_cluster(self.cluster.as_deref()).map_err(|e| e.to_string())?;
+        if self.writable {
+            let adopted = ledger.adopt_unclustered().map_err(|e| e.to_string())?;
+            if adopted > 0 {
+                log::info!("ledger {}: {adopted} rows written before clusters were named are now cluster {}'s", self.location, self.cluster.as_deref().unwrap_or(""));
+            }
+        }
+        Ok(ledger)
     }
     pub fn location(&self) -> &Location {
         &self.location
@@ -161,6 +180,7 @@ impl LedgerFile {
                     // SERVER_CONNECT_TIMEOUT, on this thread, never on
                     // slurmctld's locked paths.
                     let ledger = Ledger::connect(&self.location, self.writable).map_err(|e| e.to_string())?;
+                    let ledger = self.scoped(ledger)?;
                     self.open = Some((ledger, 0, None));
                     self.generation += 1;
                 }
@@ -199,6 +219,7 @@ impl LedgerFile {
         if self.open.is_none() {
             let ledger = if self.writable { Ledger::open(&path) } else { Ledger::open_read_only(&path) }.map_err(|e| e.to_string())?;
             ledger.no_checkpoint_on_close().map_err(|e| e.to_string())?;
+            let ledger = self.scoped(ledger)?;
             let ino = inode(&path).ok_or_else(|| format!("{} vanished while opening it", path.display()))?;
             self.open = Some((ledger, ino, inode(&wal)));
             self.generation += 1;
@@ -228,8 +249,9 @@ type KnownBudget = ((u64, i64), Arc<BudgetTree>, Arc<str>);
 /// Reads the ledger into snapshots.
 pub struct Follower {
     ledger: LedgerFile,
-    /// (file generation, budget version, usage time) of the last snapshot.
-    seen: Option<(u64, i64, i64)>,
+    /// (file generation, budget version, digest of the usage) of the last
+    /// snapshot: the lab's usage may change while this cluster's time does not.
+    seen: Option<(u64, i64, u64)>,
     published: Arc<ArcSwapOption<PolicySnapshot>>,
     problems: ProblemLog,
     /// The last good budget: (file generation, version) it was read at
@@ -244,11 +266,12 @@ pub struct Follower {
 }
 
 impl Follower {
-    /// Follows the ledger at `path`; `last_good`: the copy to fall back on
-    /// when no budget could be read from it since this process started.
-    pub fn new(path: impl Into<Location>, last_good: Option<PathBuf>) -> Follower {
+    /// Follows the ledger at `path` as `cluster` (its usage snapshot);
+    /// `last_good`: the copy to fall back on when no budget could be read
+    /// from it since this process started.
+    pub fn new(path: impl Into<Location>, cluster: Option<&str>, last_good: Option<PathBuf>) -> Follower {
         Follower {
-            ledger: LedgerFile::read_only(path),
+            ledger: LedgerFile::read_only(path, cluster),
             seen: None,
             published: Arc::new(ArcSwapOption::empty()),
             problems: ProblemLog::default(),
@@ -372,9 +395,17 @@ impl Follower {
     fn try_refresh(&mut self) -> Result<bool, String> {
         let (generation, version, tree) = self.read_budget()?;
         self.copy = None;
-        let snapshot = self.ledger.get()?.0.usage_snapshot().map_err(|e| e.to_string())?;
+        // This cluster's usage, or the lab's (`fair_share_usage = "lab"`): the
+        // same the priority plugin ranked by.
+        let snapshot = self.ledger.get()?.0.ranked_usage(&tree).map_err(|e| e.to_string())?;
         let usage_at = snapshot.as_ref().map_or(0, |s| s.computed_at);
-        if self.seen == Some((generation, version, usage_at)) {
+        let digest = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            snapshot.hash(&mut h);
+            h.finish()
+        };
+        if self.seen == Some((generation, version, digest)) {
             return Ok(false);
         }
         let ranking = match &snapshot {
@@ -383,7 +414,7 @@ impl Follower {
         };
         let rules = ContractRules::from(&tree.settings);
         self.published.store(Some(Arc::new(PolicySnapshot { budget_version: version, tree, rules, ranking, usage_at, from_copy: None })));
-        self.seen = Some((generation, version, usage_at));
+        self.seen = Some((generation, version, digest));
         Ok(true)
     }
 
@@ -402,8 +433,8 @@ pub struct FollowerThread {
 impl FollowerThread {
     /// Reads the ledger once right away (so the first callbacks have a
     /// snapshot), then every `period` on a thread named `name`.
-    pub fn start(name: &str, path: &Location, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
-        let mut follower = Follower::new(path.clone(), last_good);
+    pub fn start(name: &str, path: &Location, cluster: Option<&str>, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
+        let mut follower = Follower::new(path.clone(), cluster, last_good);
         follower.refresh();
         let published = follower.handle();
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
@@ -457,7 +488,7 @@ mod tests {
     fn follows_versions_and_usage_and_survives_a_broken_ledger() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("l.db");
-        let mut f = Follower::new(&path, None);
+        let mut f = Follower::new(&path, None, None);
         assert!(!f.refresh());
         assert!(f.is_failing(), "a missing ledger is a problem");
         assert!(f.handle().load().is_none());
@@ -486,7 +517,7 @@ mod tests {
         // way the last good snapshot stays, and a fresh reader reports it.
         assert!(!f.refresh());
         assert_eq!(f.handle().load_full().unwrap().ranking.leaves_in_order, vec![1, 0]);
-        let mut fresh = Follower::new(&path, None);
+        let mut fresh = Follower::new(&path, None, None);
         assert!(!fresh.refresh());
         assert!(fresh.is_failing());
 
@@ -514,7 +545,7 @@ mod tests {
         std::fs::write(&path, b"garbage, not a ledger").unwrap();
 
         // No copy: nothing is published (the plugins refuse to decide).
-        let mut f = Follower::new(&path, Some(copy_path.clone()));
+        let mut f = Follower::new(&path, None, Some(copy_path.clone()));
         assert!(!f.refresh());
         assert!(f.handle().load().is_none());
         assert!(f.refresh_budget().is_none());
@@ -547,7 +578,7 @@ mod tests {
 
         // A copy it cannot use is not used.
         std::fs::write(&copy_path, b"{").unwrap();
-        let mut g = Follower::new(&path, Some(copy_path));
+        let mut g = Follower::new(&path, None, Some(copy_path));
         assert!(!g.refresh());
         assert!(g.handle().load().is_none());
     }

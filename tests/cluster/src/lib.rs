@@ -101,6 +101,9 @@ impl Release {
 pub const USERS: [&str; 5] = ["alice", "bob", "carol", "dave", "erin"];
 
 fn ensure_users() {
+    // One at a time with the CLI tests' users (sidecar/tests/cli.rs).
+    let lock = std::fs::File::create("/run/allot-test-users.lock").expect("a lock file in /run (the tests run as root)");
+    let _held = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("flock");
     for user in USERS {
         let exists = Command::new("id").arg(user).output().map(|o| o.status.success()).unwrap_or(false);
         if !exists {
@@ -136,11 +139,13 @@ pub struct Options {
     /// ALLOT_BACKUP_CTLD; Slurm 22.05 only): [`TestCluster::kill_ctld`],
     /// [`TestCluster::start_ctld`], [`TestCluster::in_control`].
     pub backup_ctld: bool,
+    /// slurm.conf's ClusterName (scripts/cluster.sh ALLOT_CLUSTER_NAME).
+    pub cluster_name: &'static str,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false, backup_ctld: false }
+        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false, backup_ctld: false, cluster_name: "allot" }
     }
 }
 
@@ -150,7 +155,14 @@ pub struct TestCluster {
     /// The ledger's server, with `Options::server_ledger`; dropped (stopped)
     /// after the cluster.
     server: Option<Mutex<allot_ledger::testing::MariaDb>>,
-    _serial: MutexGuard<'static, ()>,
+    /// A cluster started beside another ([`TestCluster::start_beside`]):
+    /// that one's server ledger URL, as the host and as the daemons see it.
+    shared_ledger: Option<(String, String)>,
+    /// slurm.conf's ClusterName.
+    pub cluster_name: String,
+    /// One cluster (or pair) at a time; a cluster beside another runs under
+    /// that one's turn.
+    _serial: Option<MutexGuard<'static, ()>>,
 }
 
 /// One job as `scontrol show job -o` reports it.
@@ -215,6 +227,22 @@ impl TestCluster {
     /// (synced with the `allot` command, as an admin would).
     pub fn start(name: &str, budget: &str, options: Options) -> TestCluster {
         let serial = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        Self::bring_up(name, Some(budget), options, Some(serial), None)
+    }
+
+    /// A second cluster beside this one, while it runs: its own directory,
+    /// ports, daemons and ClusterName (`options.cluster_name`, which must
+    /// differ), on this one's server ledger (so on the budget already
+    /// synced there). Two clusters of a lab.
+    pub fn start_beside(&self, name: &str, options: Options) -> TestCluster {
+        assert_ne!(options.cluster_name, self.cluster_name, "two clusters of a lab have two names");
+        assert!(self.server.is_some(), "a cluster beside another shares its server ledger: start the first with Options::server_ledger");
+        let shared = (self.ledger_url(false), self.ledger_url(true));
+        Self::bring_up(name, None, Options { server_ledger: false, ..options }, None, Some(shared))
+    }
+
+    fn bring_up(name: &str, budget: Option<&str>, options: Options, serial: Option<MutexGuard<'static, ()>>, shared_ledger: Option<(String, String)>) -> TestCluster {
+        let cluster_name = options.cluster_name;
         assert!(nix::unistd::Uid::current().is_root(), "cluster tests need root (they run slurmd and submit as test users); CI runs them as root");
         let release = Release::current();
         for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "libjobcomp_allot.so"] {
@@ -234,16 +262,18 @@ impl TestCluster {
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let budget_file = dir.join("budgets.toml");
-        std::fs::write(&budget_file, budget).unwrap();
         let server = options.server_ledger.then(|| {
             let server = allot_ledger::testing::MariaDb::start_in(&dir);
             server.create_database("allot");
             Mutex::new(server)
         });
-        let cluster = TestCluster { dir, name: name.to_owned(), server, _serial: serial };
-        let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
-        assert!(sync.status.success(), "allot sync: {}", text(&sync));
+        let cluster = TestCluster { dir, name: name.to_owned(), server, shared_ledger, cluster_name: cluster_name.to_owned(), _serial: serial };
+        if let Some(budget) = budget {
+            let budget_file = cluster.dir.join("budgets.toml");
+            std::fs::write(&budget_file, budget).unwrap();
+            let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
+            assert!(sync.status.success(), "allot sync: {}", text(&sync));
+        }
         let up = Command::new(repo().join("scripts/cluster.sh"))
             .args(["up", cluster.dir.to_str().unwrap(), "--plugins", "allot"])
             .env("ALLOT_PORT_BASE", port_base.to_string())
@@ -254,7 +284,8 @@ impl TestCluster {
             .env("ALLOT_CPU_ONLY", if options.cpu_only { "1" } else { "0" })
             .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
             .env("ALLOT_BACKUP_CTLD", if options.backup_ctld { "1" } else { "0" })
-            .env("ALLOT_LEDGER_URL", cluster.server.as_ref().map(|_| cluster.ledger_url(true)).unwrap_or_default())
+            .env("ALLOT_LEDGER_URL", if cluster.is_on_server() { cluster.ledger_url(true) } else { String::new() })
+            .env("ALLOT_CLUSTER_NAME", cluster_name)
             .env("ALLOT_SLURM_RELEASE", &release.name)
             .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))
             .output()
@@ -274,13 +305,16 @@ impl TestCluster {
     }
     /// The ledger file (a file ledger only).
     pub fn ledger_path(&self) -> PathBuf {
-        assert!(self.server.is_none(), "this cluster's ledger is on a server: use ledger_location()");
+        assert!(!self.is_on_server(), "this cluster's ledger is on a server: use ledger_location()");
         self.dir.join("ledger.db")
     }
 
     /// The server ledger's URL as the host sees it, or (`inner`) as the
     /// release's daemons do (its socket and password file inside the root).
     pub fn ledger_url(&self, inner: bool) -> String {
+        if let Some((host, daemons)) = &self.shared_ledger {
+            return if inner { daemons.clone() } else { host.clone() };
+        }
         let server = self.server.as_ref().expect("a server ledger").lock().unwrap_or_else(|p| p.into_inner());
         let url = server.url("allot", "allot");
         if !inner {
@@ -299,10 +333,16 @@ impl TestCluster {
 
     /// Where the ledger is, file or server, as the host sees it.
     pub fn ledger_location(&self) -> allot_ledger::Location {
-        match &self.server {
-            Some(_) => allot_ledger::Location::parse(&self.ledger_url(false)).expect("the test server's URL"),
-            None => allot_ledger::Location::File(self.dir.join("ledger.db")),
+        match self.is_on_server() {
+            true => allot_ledger::Location::parse(&self.ledger_url(false)).expect("the test server's URL"),
+            false => allot_ledger::Location::File(self.dir.join("ledger.db")),
         }
+    }
+
+    /// Whether the ledger is on a server (its own, or the one of the
+    /// cluster it was started beside).
+    pub fn is_on_server(&self) -> bool {
+        self.server.is_some() || self.shared_ledger.is_some()
     }
 
     /// The ledger, for reading (what the tests check).
@@ -353,9 +393,9 @@ impl TestCluster {
         // The command links no Slurm: the same binary runs in every release's root.
         std::fs::copy(target_release().join("allot"), bin.join("allot")).expect("copy the allot command into the cluster");
         let program = self.inner(&bin.join("allot"));
-        let ledger = match &self.server {
-            Some(_) => PathBuf::from(self.ledger_url(true)),
-            None => self.inner(&self.dir.join("ledger.db")),
+        let ledger = match self.is_on_server() {
+            true => PathBuf::from(self.ledger_url(true)),
+            false => self.inner(&self.dir.join("ledger.db")),
         };
         self.slurm_command(None, program.to_str().unwrap()).arg("--ledger").arg(ledger).args(args).output().expect("allot runs")
     }

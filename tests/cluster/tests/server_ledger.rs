@@ -14,9 +14,11 @@ fn field_i64(job: &JobInfo, key: &str) -> i64 {
     job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))
 }
 
-/// GPUs a job asked for, from Slurm's record (`TresPerNode=gres:gpu:N`).
+/// GPUs a job held, from Slurm's record (`TresPerNode=gres:gpu:N` on each
+/// of its `NumNodes`).
 fn gpus_of(job: &JobInfo) -> i64 {
-    job.get("TresPerNode").rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or(0)
+    let per_node: i64 = job.get("TresPerNode").rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+    per_node * job.get("NumNodes").parse::<i64>().unwrap_or(1)
 }
 
 /// Wakes the priority plugin's thread now (see hostile.rs).
@@ -30,9 +32,10 @@ fn slurm_runs(c: &TestCluster, jobs: &[u32]) -> BTreeMap<(u32, i64), (i64, i64)>
     c.run_ends().iter().filter(|j| jobs.contains(&j.id)).map(|j| ((j.id, field_i64(j, "StartTime")), (field_i64(j, "EndTime"), gpus_of(j)))).collect()
 }
 
-/// The ledger's closed runs of `jobs`: (job, start) -> (end, GPUs).
+/// The ledger's closed runs of `jobs` on `c`'s cluster: (job, start) ->
+/// (end, GPUs).
 fn ledger_runs(c: &TestCluster, jobs: &[u32]) -> BTreeMap<(u32, i64), (i64, i64)> {
-    let Ok(l) = c.read_ledger() else { return BTreeMap::new() };
+    let Ok(l) = c.read_ledger().and_then(|l| l.for_cluster(Some(c.cluster_name.as_str()))) else { return BTreeMap::new() };
     jobs.iter()
         .flat_map(|&j| l.runs_of_job(j).unwrap_or_default())
         .filter_map(|r| Some(((r.job_id, r.run_start), (r.run_end?, r.gpus as i64))))
@@ -156,4 +159,104 @@ fn s2_a_server_that_stops_answering_writes_never_slows_submission_or_scheduling(
         wake_recompute(&c);
         ledger_runs(&c, &jobs).len() == jobs.len()
     });
+}
+
+/// Wakes `c`'s priority plugin until `check` holds of its jobs.
+fn wait_ranked(c: &TestCluster, what: &str, check: impl Fn(&TestCluster) -> bool) {
+    c.wait_for(what, secs(30), || {
+        wake_recompute(c);
+        check(c)
+    });
+}
+
+/// Two clusters of a lab (ClusterName alpha and beta, each its own
+/// slurmctld, nodes and ports) on one server ledger and one budget: job ids
+/// collide and each cluster's runs stay its own; the commands show one
+/// cluster or the lab; fair-share counts each cluster's usage, or the
+/// lab's once the budget says `fair_share_usage = "lab"`.
+#[test]
+fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
+    let options = Options { recompute_period: 2, grace: 3, run_log: true, ..Options::default() };
+    let alpha = TestCluster::start("labalpha", BUDGET, Options { server_ledger: true, cluster_name: "alpha", ..options.clone() });
+    let beta = alpha.start_beside("labbeta", Options { cluster_name: "beta", ..options });
+
+    // Job 1 of each cluster: teama uses all 32 GPUs of alpha, teamb 2 of beta's.
+    let a: Vec<u32> = vec![
+        // (Protected for all its run: carol's small job waits rather than preempt it.)
+        alpha.sbatch("alice", &["-N4", "--gres=gpu:8", "--comment=min_runtime=1m", &sleep_job(6)]).unwrap(),
+        alpha.sbatch("carol", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap(),
+    ];
+    let b: Vec<u32> = vec![beta.sbatch("bob", &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(5)]).unwrap()];
+    assert_eq!((a[0], b[0]), (1, 1), "job ids start at 1 on both clusters");
+    for (c, jobs) in [(&alpha, &a), (&beta, &b)] {
+        c.wait_for("the jobs end", secs(60), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+        let mut slurm = BTreeMap::new();
+        c.wait_for("Slurm's record of every run end", secs(30), || {
+            slurm = slurm_runs(c, jobs);
+            slurm.len() == jobs.len()
+        });
+        let mut ledger = BTreeMap::new();
+        c.wait_for("every run in the ledger, as this cluster's", secs(60), || {
+            wake_recompute(c);
+            ledger = ledger_runs(c, jobs);
+            ledger.len() >= slurm.len()
+        });
+        eprintln!("cluster {}: Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", c.cluster_name, slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
+        assert_eq!(ledger, slurm, "cluster {}: every run as its own Slurm recorded it", c.cluster_name);
+    }
+    let lab = alpha.read_ledger().unwrap();
+    assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
+    assert_eq!(lab.clusters_of_job(1).unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
+    let charged = |l: &allot_ledger::Ledger| l.charged_by_leaf(0, allot_cluster_tests::now() + 1).unwrap().into_iter().collect::<BTreeMap<_, _>>();
+    let (on_alpha, on_beta, on_lab) = (charged(&lab.for_cluster(Some("alpha")).unwrap()), charged(&alpha.read_ledger().unwrap().for_cluster(Some("beta")).unwrap()), charged(&alpha.read_ledger().unwrap()));
+    assert!(on_alpha["lab/teama"] >= 32 * 5 && !on_alpha.contains_key("lab/teamb"), "{on_alpha:?}");
+    assert!(on_beta["lab/teamb"] >= 2 * 4 && !on_beta.contains_key("lab/teama"), "{on_beta:?}");
+    assert_eq!(on_lab["lab/teama"] + on_lab["lab/teamb"] + on_lab["other"], on_alpha.values().sum::<i64>() + on_beta.values().sum::<i64>(), "the lab is both clusters");
+    let snapshot = alpha.read_ledger().unwrap().usage_snapshot().unwrap().unwrap();
+    assert_eq!(snapshot.capacity_gpus, 64, "the lab's GPUs: both clusters' 32");
+
+    // The commands: one cluster, or the lab.
+    let said = |o: std::process::Output| (o.status.success(), text(&o));
+    let (ok, usage) = said(alpha.allot(&["usage", "--cluster", "beta"]));
+    assert!(ok && usage.contains("32 GPUs"), "{usage}");
+    let (ok, lab_usage) = said(alpha.allot(&["usage"]));
+    assert!(ok && lab_usage.contains("64 GPUs"), "allot usage shows the lab: {lab_usage}");
+    let (ok, why) = said(alpha.allot(&["why", "1"]));
+    assert!(!ok && why.contains("job 1 is on clusters alpha, beta") && why.contains("--cluster"), "{why}");
+    let (ok, why) = said(alpha.allot(&["why", "1", "--cluster", "beta"]));
+    assert!(ok && why.contains("user bob") && !why.contains("user alice"), "{why}");
+    let (ok, report) = said(alpha.allot(&["report"]));
+    assert!(!ok && report.contains("several clusters (alpha, beta)") && report.contains("allot report --cluster NAME"), "{report}");
+    let (ok, report) = said(alpha.allot(&["report", "--cluster", "alpha"]));
+    assert!(ok, "{report}");
+    let (ok, unknown) = said(alpha.allot(&["usage", "--cluster", "gamma"]));
+    assert!(!ok && unknown.contains("no cluster 'gamma'") && unknown.contains("clusters alpha, beta"), "{unknown}");
+
+    // Fair-share on beta, which is full: teama waits beside teamb. By beta's
+    // own usage teamb used more (teama ran on alpha only), so teama's job
+    // ranks first; counting the lab's, teama (32 GPUs on alpha) ranks last.
+    let blocker = beta.sbatch("carol", &["-N4", "--gres=gpu:8", "--comment=min_runtime=2m", &sleep_job(120)]).unwrap();
+    beta.wait_state(blocker, "RUNNING", secs(30));
+    let teama = beta.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    let teamb = beta.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    wait_ranked(&beta, "teama's job ahead by beta's own usage", |c| c.job(teama).priority() > c.job(teamb).priority());
+    let lab_budget = alpha.dir.join("lab.toml");
+    std::fs::write(&lab_budget, BUDGET.replacen("[cluster]\n", "[cluster]\nfair_share_usage = \"lab\"\n", 1)).unwrap();
+    let (ok, sync) = said(alpha.allot(&["sync", lab_budget.to_str().unwrap()]));
+    assert!(ok && sync.contains("fair_share_usage"), "one sync for every cluster: {sync}");
+    wait_ranked(&beta, "teamb's job ahead by the lab's usage", |c| c.job(teamb).priority() > c.job(teama).priority());
+    // `allot why` ranks by the same usage.
+    let rank = |job: u32| {
+        let (ok, why) = said(alpha.allot(&["why", &job.to_string(), "--cluster", "beta"]));
+        assert!(ok, "{why}");
+        why.split("ranks ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()).unwrap_or_else(|| panic!("no rank in: {why}"))
+    };
+    assert!(rank(teamb) < rank(teama), "allot why ranks teamb above teama by the lab's usage");
+    // And back: each cluster's own usage again.
+    let (ok, sync) = said(alpha.allot(&["sync", alpha.dir.join("budgets.toml").to_str().unwrap()]));
+    assert!(ok, "{sync}");
+    wait_ranked(&beta, "teama's job ahead again by beta's own usage", |c| c.job(teama).priority() > c.job(teamb).priority());
+    for j in [blocker, teama, teamb] {
+        beta.scontrol(&["cancel", &j.to_string()]);
+    }
 }
