@@ -309,6 +309,13 @@ pub struct BudgetNode {
     /// Users who may charge this leaf; `"*"` means anyone.
     pub members: Vec<String>,
     pub description: Option<String>,
+    /// The clusters this node is funded on (`clusters = ["alpha"]`), when
+    /// several share one ledger; `None`: every cluster. Elsewhere its share
+    /// is 0, and so is its subtree's ([`BudgetTree::for_cluster`]).
+    pub clusters: Option<Vec<String>>,
+    /// Its share on one cluster, instead of `share` (`cluster_shares = {
+    /// beta = 3 }`).
+    pub cluster_shares: BTreeMap<String, f64>,
     /// Set for leaves: index into [`BudgetTree::leaves`].
     pub leaf: Option<LeafId>,
     /// Line of the node's table in the source (1-based), for messages.
@@ -316,6 +323,20 @@ pub struct BudgetNode {
 }
 
 impl BudgetNode {
+    /// Where it is funded and at what share, for messages and history:
+    /// `on every cluster`, `on alpha, beta (beta: share 3)`.
+    pub fn funding(&self) -> String {
+        let on = match &self.clusters {
+            None => "on every cluster".to_owned(),
+            Some(c) => format!("on {}", c.join(", ")),
+        };
+        if self.cluster_shares.is_empty() {
+            return on;
+        }
+        let shares: Vec<String> = self.cluster_shares.iter().map(|(c, s)| format!("{c}: share {}", compact(*s))).collect();
+        format!("{on} ({})", shares.join(", "))
+    }
+
     pub fn is_leaf(&self) -> bool {
         self.children.is_empty() && self.parent.is_some()
     }
@@ -409,7 +430,7 @@ impl fmt::Display for BudgetErrors {
 
 impl std::error::Error for BudgetErrors {}
 
-const NODE_FIELDS: [&str; 5] = ["share", "owners", "accounts", "members", "description"];
+const NODE_FIELDS: [&str; 7] = ["share", "owners", "accounts", "members", "description", "clusters", "cluster_shares"];
 const CLUSTER_FIELDS: [&str; 13] = [
     "charge",
     "gpus",
@@ -494,6 +515,70 @@ impl Parser<'_> {
             }
         }
         out
+    }
+
+    /// A node's `clusters` and `cluster_shares`: valid cluster names (Slurm
+    /// lower-cases ClusterName), positive shares, only on clusters the node
+    /// is funded on, and funded only where its nearest ancestor that names
+    /// its clusters is.
+    fn cluster_funding(&mut self, table: &Table, field: &str, parent: Option<NodeId>) -> (Option<Vec<String>>, BTreeMap<String, f64>) {
+        let mut shares = BTreeMap::new();
+        if parent.is_none() {
+            for key in ["clusters", "cluster_shares"] {
+                if table.contains_key(key) {
+                    self.error(Self::key_span(table, key), format!("{field}.{key}"), "the root is the whole lab, on every cluster: fund its children per cluster instead");
+                }
+            }
+            return (None, shares);
+        }
+        let inherited = std::iter::successors(parent, |&p| self.nodes[p as usize].parent).find_map(|p| self.nodes[p as usize].clusters.clone().map(|c| (p, c)));
+        let clusters = table.contains_key("clusters").then(|| {
+            let span = Self::key_span(table, "clusters");
+            let list: Vec<String> = self.string_list(table, "clusters", &format!("{field}.clusters")).into_iter().map(|c| c.to_lowercase()).collect();
+            if list.is_empty() && table.get("clusters").and_then(Item::as_array).is_some() {
+                self.error(span.clone(), format!("{field}.clusters"), "an empty list funds the node on no cluster: remove the node, or name its clusters");
+            }
+            if let Some((p, theirs)) = &inherited {
+                let outside: Vec<&String> = list.iter().filter(|c| !theirs.contains(c)).collect();
+                if !outside.is_empty() {
+                    let p = &self.nodes[*p as usize];
+                    let message = format!(
+                        "funded on {} where {} (line {}) is not: it has clusters = [{}]",
+                        outside.iter().map(|c| c.as_str()).collect::<Vec<_>>().join(", "),
+                        p.path,
+                        p.line,
+                        theirs.join(", ")
+                    );
+                    self.error(span, format!("{field}.clusters"), message);
+                }
+            }
+            list
+        });
+        let funded_on = clusters.clone().or(inherited.map(|(_, c)| c));
+        if let Some(item) = table.get("cluster_shares") {
+            let span = Self::key_span(table, "cluster_shares");
+            let Some(entries) = item.as_table_like() else {
+                self.error(span, format!("{field}.cluster_shares"), "must be a table of cluster = share, like cluster_shares = { beta = 3 }");
+                return (clusters, shares);
+            };
+            for (cluster, value) in entries.iter() {
+                let f = format!("{field}.cluster_shares.{cluster}");
+                let share = value.as_value().and_then(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64)));
+                match share {
+                    _ if !valid_user(cluster) => self.error(span.clone(), f, format!("'{cluster}' is not a cluster name")),
+                    Some(s) if s.is_finite() && s > 0.0 => match &funded_on {
+                        Some(on) if !on.iter().any(|c| c.eq_ignore_ascii_case(cluster)) => {
+                            self.error(span.clone(), f, format!("a share on {cluster}, where the node is not funded (its clusters: {})", on.join(", ")))
+                        }
+                        _ => {
+                            shares.insert(cluster.to_lowercase(), s);
+                        }
+                    },
+                    _ => self.error(span.clone(), f, "must be a positive number, such as 3 or 0.5 (to fund the node on some clusters only, list them in clusters = [...])"),
+                }
+            }
+        }
+        (clusters, shares)
     }
 
     fn duration(&mut self, table: &Table, key: &str, default: Seconds) -> Seconds {
@@ -637,6 +722,8 @@ impl Parser<'_> {
             accounts: Vec::new(),
             members: Vec::new(),
             description: None,
+            clusters: None,
+            cluster_shares: BTreeMap::new(),
             leaf: None,
             line,
         });
@@ -675,6 +762,11 @@ impl Parser<'_> {
                 }
             },
         };
+
+        // Per-cluster funding, before the children, which are checked against it.
+        let (clusters, cluster_shares) = self.cluster_funding(table, &field, parent);
+        self.nodes[id as usize].clusters = clusters;
+        self.nodes[id as usize].cluster_shares = cluster_shares;
 
         let mut children = Vec::new();
         for (key, item) in table.iter() {
@@ -803,8 +895,9 @@ impl BudgetTree {
         }
     }
 
-    /// Builds the lookup tables and effective shares; records conflicts in `p`.
-    fn index(&mut self, p: &mut Parser<'_>, top: &Table) {
+    /// Every node's effective share: the product of its and its ancestors'
+    /// fractions of their siblings' shares.
+    fn compute_effective_shares(&mut self) {
         self.nodes[0].effective_share = 1.0;
         for id in 0..self.nodes.len() {
             let children = self.nodes[id].children.clone();
@@ -818,6 +911,51 @@ impl BudgetTree {
                 self.nodes[c as usize].effective_share = self.nodes[id].effective_share * normalized;
             }
         }
+    }
+
+    /// The tree as cluster `cluster` shares its GPUs: `cluster_shares` in
+    /// place of `share`, and a share of 0 for the nodes not funded there
+    /// (their jobs run only unallocated there). `None` (the lab), or a
+    /// budget with no per-cluster funding: the tree as written.
+    pub fn for_cluster(&self, cluster: Option<&str>) -> BudgetTree {
+        let mut tree = self.clone();
+        let Some(cluster) = cluster else { return tree };
+        if !self.nodes.iter().any(|n| n.clusters.is_some() || !n.cluster_shares.is_empty()) {
+            return tree;
+        }
+        let cluster = cluster.to_lowercase();
+        for n in &mut tree.nodes {
+            if let Some(&share) = n.cluster_shares.get(&cluster) {
+                n.share = share;
+            }
+            if n.clusters.as_ref().is_some_and(|on| !on.contains(&cluster)) {
+                n.share = 0.0;
+            }
+        }
+        tree.compute_effective_shares();
+        tree
+    }
+
+    /// Whether the node gets a share of this tree's cluster (see
+    /// [`BudgetTree::for_cluster`]).
+    pub fn is_funded(&self, id: NodeId) -> bool {
+        self.node(id).effective_share > 0.0
+    }
+
+    /// The clusters node `id` is funded on: its own `clusters`, else its
+    /// nearest ancestor's; `None`: every cluster.
+    pub fn funded_clusters(&self, id: NodeId) -> Option<&[String]> {
+        std::iter::successors(Some(id), |&n| self.node(n).parent).find_map(|n| self.node(n).clusters.as_deref())
+    }
+
+    /// The clusters a budget file names, in its nodes' funding.
+    pub fn named_clusters(&self) -> BTreeSet<String> {
+        self.nodes.iter().flat_map(|n| n.clusters.iter().flatten().chain(n.cluster_shares.keys())).cloned().collect()
+    }
+
+    /// Builds the lookup tables and effective shares; records conflicts in `p`.
+    fn index(&mut self, p: &mut Parser<'_>, top: &Table) {
+        self.compute_effective_shares();
         // The least effective share, at the topmost node below it (its
         // descendants are below it too).
         for id in 1..self.nodes.len() {
@@ -1156,6 +1294,8 @@ pub enum BudgetChange {
     Accounts { path: String, old: Vec<String>, new: Vec<String> },
     Members { path: String, old: Vec<String>, new: Vec<String> },
     Description { path: String },
+    /// Its clusters or per-cluster shares ([`BudgetNode::clusters`]), as text.
+    Funding { path: String, old: String, new: String },
     Setting { name: &'static str, old: String, new: String },
     DefaultLeaf { user: String, old: Option<String>, new: Option<String> },
     /// Where the jobs and runs of an account a leaf gave up or lost are
@@ -1183,6 +1323,7 @@ impl fmt::Display for BudgetChange {
             BudgetChange::Accounts { path, old, new } => write!(f, "~ {} accounts [{}] -> [{}]", p(path), old.join(", "), new.join(", ")),
             BudgetChange::Members { path, old, new } => write!(f, "~ {} members [{}] -> [{}]", p(path), old.join(", "), new.join(", ")),
             BudgetChange::Description { path } => write!(f, "~ {} description", p(path)),
+            BudgetChange::Funding { path, old, new } => write!(f, "~ {} funded {old} -> {new}", p(path)),
             BudgetChange::Setting { name, old, new } => write!(f, "~ cluster.{name} {old} -> {new}"),
             BudgetChange::DefaultLeaf { user, old, new } => write!(
                 f,
@@ -1266,7 +1407,11 @@ impl BudgetTree {
                 out.push(BudgetChange::Members { path: path.clone(), old: was.members.clone(), new: node.members.clone() });
             }
             if was.description != node.description {
-                out.push(BudgetChange::Description { path });
+                out.push(BudgetChange::Description { path: path.clone() });
+            }
+            let (a, b) = (was.funding(), node.funding());
+            if a != b {
+                out.push(BudgetChange::Funding { path, old: a, new: b });
             }
         }
         for node in &old.nodes {
@@ -1323,7 +1468,8 @@ impl BudgetTree {
             match &change {
                 BudgetChange::Added { path } => need(&change, self, path, true),
                 BudgetChange::Removed { path } => need(&change, old, path, true),
-                BudgetChange::Share { path, .. } => need(&change, self, path, true),
+                // Both change its siblings' shares (on some cluster): the parent's to give.
+                BudgetChange::Share { path, .. } | BudgetChange::Funding { path, .. } => need(&change, self, path, true),
                 BudgetChange::Owners { path, .. }
                 | BudgetChange::Accounts { path, .. }
                 | BudgetChange::Members { path, .. }
@@ -1490,6 +1636,57 @@ members = ["*"]
         assert!(text.contains("not a member of budget vision/tracking"), "{text}");
         assert!(text.contains("seg, nlp"), "{text}");
         assert!(matches!(t.leaf_for_job("erin", Some("nope")), Err(LeafRefusal::UnknownAccount { .. })));
+    }
+
+    /// One budget, several clusters: `clusters` funds a node on some only,
+    /// `cluster_shares` sets its share on one; each cluster's view shares
+    /// its own GPUs that way, and the lab's is the tree as written.
+    #[test]
+    fn clusters_fund_nodes_and_set_shares_per_cluster() {
+        let text = "[budget]\n[budget.vision]\nshare = 3\ncluster_shares = { beta = 1 }\n[budget.vision.a]\nshare = 1\naccounts = [\"a\"]\n[budget.vision.b]\nshare = 1\naccounts = [\"b\"]\nclusters = [\"Alpha\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n";
+        let t = BudgetTree::parse(text).unwrap();
+        let eff = |t: &BudgetTree, p: &str| t.node(t.find(p).unwrap()).effective_share;
+        // As written (the lab, and every cluster the file does not name).
+        assert_eq!((eff(&t, "vision"), eff(&t, "vision/b"), eff(&t, "nlp")), (0.75, 0.375, 0.25));
+        assert_eq!(t.for_cluster(None), t);
+        let gamma = t.for_cluster(Some("gamma"));
+        assert_eq!((eff(&gamma, "vision/a"), eff(&gamma, "vision/b")), (0.75, 0.0), "b is funded on alpha only (names are lower-cased)");
+        let alpha = t.for_cluster(Some("alpha"));
+        assert_eq!((eff(&alpha, "vision/a"), eff(&alpha, "vision/b"), eff(&alpha, "nlp")), (0.375, 0.375, 0.25));
+        let beta = t.for_cluster(Some("beta"));
+        assert_eq!((eff(&beta, "vision"), eff(&beta, "vision/a"), eff(&beta, "vision/b"), eff(&beta, "nlp")), (0.5, 0.5, 0.0, 0.5));
+        assert!(!beta.is_funded(beta.find("vision/b").unwrap()) && beta.is_funded(beta.find("vision/a").unwrap()));
+        assert_eq!(t.funded_clusters(t.find("vision/b").unwrap()), Some(&["alpha".to_owned()][..]));
+        assert_eq!(t.node(t.find("vision").unwrap()).funding(), "on every cluster (beta: share 1)");
+        assert_eq!(t.named_clusters().into_iter().collect::<Vec<_>>(), vec!["alpha", "beta"]);
+        // An unfunded node is never owed: unused, it still ranks after a
+        // sibling that used its share.
+        let r = crate::fairshare::Ranking::compute(&beta, &[50, 0, 0], 8, 0);
+        let (a, b) = (beta.node(beta.find("vision/a").unwrap()).leaf.unwrap(), beta.node(beta.find("vision/b").unwrap()).leaf.unwrap());
+        assert!(r.leaf_rank[b as usize] > r.leaf_rank[a as usize], "{:?}", r.leaf_rank);
+        // A change of funding is the parent's owners' to make, like a share.
+        let edited = BudgetTree::parse(&text.replace("clusters = [\"Alpha\"]", "clusters = [\"alpha\", \"beta\"]")).unwrap();
+        let changes = edited.diff(&t);
+        assert_eq!(changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(), vec!["~ vision/b funded on alpha -> on alpha, beta"]);
+    }
+
+    #[test]
+    fn cluster_funding_errors_name_line_and_field() {
+        let got = |text: &str| errors(text).into_iter().map(|e| (e.line, e.field, e.message)).collect::<Vec<_>>();
+        let e = got("[budget]\nclusters = [\"a\"]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\n");
+        assert_eq!((e[0].0, e[0].1.as_str()), (Some(2), "budget.clusters"));
+        assert!(e[0].2.contains("the root is the whole lab"), "{e:?}");
+        let e = got("[budget]\n[budget.x]\nshare = 1\nclusters = [\"alpha\"]\n[budget.x.y]\nshare = 1\naccounts = [\"y\"]\nclusters = [\"alpha\", \"beta\"]\n");
+        assert_eq!((e[0].0, e[0].1.as_str()), (Some(8), "budget.x.y.clusters"));
+        assert!(e[0].2.contains("funded on beta where x (line 2) is not"), "{e:?}");
+        let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\nclusters = [\"alpha\"]\ncluster_shares = { beta = 2, alpha = -1 }\n");
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e.iter().any(|(l, f, m)| *l == Some(6) && f == "budget.x.cluster_shares.beta" && m.contains("where the node is not funded")), "{e:?}");
+        assert!(e.iter().any(|(_, f, m)| f == "budget.x.cluster_shares.alpha" && m.contains("positive number")), "{e:?}");
+        let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\nclusters = []\n");
+        assert!(e[0].2.contains("funds the node on no cluster"), "{e:?}");
+        let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\ncluster_shares = 3\n");
+        assert!(e[0].2.contains("cluster_shares = { beta = 3 }"), "{e:?}");
     }
 
     fn errors(text: &str) -> Vec<BudgetError> {

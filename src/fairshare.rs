@@ -277,7 +277,14 @@ impl Ranker {
         for (id, standing) in out.standings.iter_mut().enumerate() {
             let allocation = self.allocation[id];
             let usage = self.usage[id];
-            let ratio = if usage == 0 { 0.0 } else { usage as f64 / allocation };
+            // No allocation (a node not funded on this cluster): never owed.
+            let ratio = if allocation <= 0.0 {
+                f64::INFINITY
+            } else if usage == 0 {
+                0.0
+            } else {
+                usage as f64 / allocation
+            };
             // The ratio, then the tie order: a total order among siblings.
             self.key[id] = (u128::from(ratio_key(ratio)) << 32) | u128::from(self.tie[id]);
             standing.usage = usage;

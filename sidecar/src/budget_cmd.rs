@@ -28,6 +28,11 @@ pub enum BudgetCommand {
         /// Show an older version.
         #[arg(long)]
         version: Option<i64>,
+        /// When several clusters share the ledger: the shares and usage of
+        /// this one (its Slurm ClusterName). Default: the tree as written,
+        /// ranked by the lab's usage.
+        #[arg(long, value_name = "NAME")]
+        cluster: Option<String>,
     },
     /// Change fields of a node: share=N, owners=a,b, accounts=x,y, members=u,v, description=TEXT.
     Set {
@@ -56,7 +61,7 @@ pub enum BudgetCommand {
 
 pub fn run(cmd: BudgetCommand, inv: &Invocation, now: i64) -> anyhow::Result<()> {
     match cmd {
-        BudgetCommand::Show { node, version } => show(&inv.ledger, node.as_deref(), version),
+        BudgetCommand::Show { node, version, cluster } => show(&inv.ledger, cluster.as_deref(), node.as_deref(), version),
         BudgetCommand::Set { node, fields, file } => edit(inv, file, now, |doc| set_fields(doc, &node, &fields, false)),
         BudgetCommand::Add { node, fields, file } => edit(inv, file, now, |doc| set_fields(doc, &node, &fields, true)),
         BudgetCommand::Remove { node, file } => edit(inv, file, now, |doc| remove(doc, &node)),
@@ -67,13 +72,13 @@ fn percent(x: f64) -> String {
     format!("{:.2}%", x * 100.0)
 }
 
-fn show(ledger_path: &Location, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
-    let ledger = Ledger::connect_read_only(ledger_path)?;
+fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
+    let ledger = crate::open_reader(ledger_path, cluster, crate::Reads::SumsPerBudget, "allot budget show --cluster NAME")?;
     let v = match version {
         Some(n) => ledger.budget_version(n)?.ok_or_else(|| anyhow!("budget version {n} does not exist"))?,
         None => ledger.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", ledger_path))?,
     };
-    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?.for_cluster(cluster);
     let start = match node {
         Some(path) => tree.find(path).ok_or_else(|| anyhow!("no node '{path}' in budget version {}", v.version))?,
         None => 0,
@@ -132,6 +137,9 @@ fn show(ledger_path: &Location, node: Option<&str>, version: Option<i64>) -> any
         let mut who = n.owners.join(",");
         if n.is_leaf() {
             who = format!("{who} / {} / {}", n.accounts.join(","), n.members.join(","));
+        }
+        if n.clusters.is_some() || !n.cluster_shares.is_empty() {
+            who = format!("{who} [funded {}]", n.funding());
         }
         rows.push([
             format!("{branch}{label}"),

@@ -153,7 +153,8 @@ pub fn compute(l: &Ledger, since: i64, now: i64) -> anyhow::Result<ClusterReport
 /// The report, and the timelines it was computed from.
 pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Result<(ClusterReport, Timelines)> {
     let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
-    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    // As the cluster read shares its GPUs (the lab: as written).
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?.for_cluster(l.cluster());
     let capacity = match (tree.settings.gpus, l.usage_snapshot()?) {
         (Some(g), _) => g,
         (None, Some(s)) => s.capacity_gpus,
@@ -589,7 +590,8 @@ pub struct LedgerWorkload {
 /// contract and its account; what the span's report says happened.
 pub fn ledger_workload(l: &Ledger, since: i64, now: i64) -> anyhow::Result<LedgerWorkload> {
     let v = l.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", l.path()))?;
-    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?;
+    // As the cluster read shares its GPUs (the lab: as written).
+    let tree = v.tree().map_err(|e| anyhow!("budget version {} does not validate:\n{}", v.version, e.render("ledger")))?.for_cluster(l.cluster());
     let actual = compute(l, since, now)?;
     let rules = PreemptRules::from_settings(&tree.settings);
     let mut work: HashMap<u32, (i64, bool)> = HashMap::new(); // job -> (seconds run, a run still going)

@@ -59,6 +59,25 @@ fn contract_refusal(e: ContractError) -> Refusal {
     Refusal { code, message: format!("allot: {e} (contract: min_runtime=<duration> priority=low|normal|high)") }
 }
 
+/// An allocated job (charged, protected) needs a budget funded on this
+/// cluster; an unallocated one (`min_runtime=0`, free) runs anywhere.
+fn funding_refusal(tree: &BudgetTree, leaf: Option<LeafId>, contract: &Contract) -> Result<(), Refusal> {
+    let Some(leaf) = leaf else { return Ok(()) };
+    let node = tree.leaves[leaf as usize];
+    if !contract.is_allocated() || tree.is_funded(node) {
+        return Ok(());
+    }
+    let here = allot_slurm::cluster_name().unwrap_or_else(|| "this cluster".to_owned());
+    let on = tree.funded_clusters(node).map_or_else(|| "none".to_owned(), |c| c.join(", "));
+    Err(Refusal {
+        code: sys::ESLURM_INVALID_ACCOUNT as i32,
+        message: format!(
+            "allot: budget {} is not funded on cluster {here} (it is on: {on}); submit there, or run here unallocated with --comment min_runtime=0 (free, and preemptible at any time)",
+            tree.node(node).path
+        ),
+    })
+}
+
 fn leaf_refusal(e: LeafRefusal) -> Refusal {
     Refusal { code: sys::ESLURM_INVALID_ACCOUNT as i32, message: format!("allot: {e}") }
 }
@@ -170,6 +189,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         // runtime, written out so that everyone sees it.
         let (canonical, contract) = canonical_comment(&comment, s.rules)?;
         let charged = self.charged(&s.tree, desc.user_id(), account.as_deref())?;
+        funding_refusal(&s.tree, charged.as_ref().map(|c| c.leaf), &contract)?;
         if let Some(small) = &self.conf.small_job_partition {
             let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
             let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge) };
@@ -201,6 +221,14 @@ impl JobSubmitPlugin for JobSubmitAllot {
         // What the update asks for, each checked once: (canonical comment, contract), and the leaf and account it would charge.
         let asked_contract = comment.as_deref().map(|c| canonical_comment(c, s.rules)).transpose()?;
         let asked_charged = account.as_deref().map(|a| self.charged(&s.tree, job.user_id(), Some(a))).transpose()?;
+        if job.is_pending() && (asked_contract.is_some() || asked_charged.is_some()) {
+            let contract = asked_contract.as_ref().map_or_else(|| contract_of(&job, s.rules), |(_, c)| *c);
+            let leaf = match &asked_charged {
+                Some(charged) => charged.as_ref().map(|c| c.leaf),
+                None => leaf_of(&job, &s.tree),
+            };
+            funding_refusal(&s.tree, leaf, &contract).map_err(|r| Refusal { message: format!("{} (JobId={})", r.message, job.id()), ..r })?;
+        }
         // A pending job in the small-job partition must stay a job that may
         // use it, whatever the update changes (started jobs keep their
         // partition, contract and budget: Slurm's rule and the one below).

@@ -167,6 +167,10 @@ impl LedgerFile {
     pub fn location(&self) -> &Location {
         &self.location
     }
+    /// The cluster its rows are (`None`: every cluster's).
+    pub fn cluster(&self) -> Option<&str> {
+        self.cluster.as_deref()
+    }
 
     /// The connection, (re)opened if needed, and its generation: after a
     /// reopening the file may be another, whose version numbers are a
@@ -350,7 +354,7 @@ impl Follower {
             copy.budget_version,
             crate::now() - copy.written_at
         );
-        let tree = Arc::new(tree);
+        let tree = Arc::new(tree.for_cluster(self.ledger.cluster()));
         let usage = copy.usage.as_ref().map(|u| u.snapshot());
         let ranking = match &usage {
             Some(u) => u.ranking(&tree),
@@ -387,7 +391,8 @@ impl Follower {
         // Accounts that edits within the window took from a leaf keep charging it.
         let since = crate::now() - tree.settings.lookback;
         let earlier: Vec<BudgetTree> = ledger.earlier_versions_since(stored.version, since).map_err(|e| e.to_string())?.iter().filter_map(|v| v.tree().ok()).collect();
-        let tree = Arc::new(tree.with_account_history(&earlier));
+        // As this cluster shares its GPUs (per-cluster shares and funding).
+        let tree = Arc::new(tree.with_account_history(&earlier).for_cluster(self.ledger.cluster()));
         self.tree = Some(((generation, stored.version), tree.clone(), Arc::from(stored.toml.as_str())));
         Ok((generation, stored.version, tree))
     }

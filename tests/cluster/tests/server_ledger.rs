@@ -256,7 +256,44 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     let (ok, sync) = said(alpha.allot(&["sync", alpha.dir.join("budgets.toml").to_str().unwrap()]));
     assert!(ok, "{sync}");
     wait_ranked(&beta, "teama's job ahead again by beta's own usage", |c| c.job(teama).priority() > c.job(teamb).priority());
-    for j in [blocker, teama, teamb] {
-        beta.scontrol(&["cancel", &j.to_string()]);
-    }
+    let cancel = beta.slurm(None, "scancel", &[&blocker.to_string(), &teama.to_string(), &teamb.to_string()]);
+    assert!(cancel.status.success(), "scancel: {}", text(&cancel));
+
+    // Per-cluster funding in the one budget file: teamb is funded on alpha
+    // only, and `other` gets three times lab's share on beta.
+    let funded = alpha.dir.join("funded.toml");
+    let text = BUDGET
+        .replacen("[budget.lab.teamb]\n", "[budget.lab.teamb]\nclusters = [\"alpha\"]\n", 1)
+        .replacen("[budget.other]\nshare = 1\n", "[budget.other]\nshare = 1\ncluster_shares = { beta = 3 }\n", 1);
+    std::fs::write(&funded, text).unwrap();
+    let (ok, sync) = said(alpha.allot(&["sync", funded.to_str().unwrap()]));
+    assert!(ok && sync.contains("lab/teamb funded on every cluster -> on alpha") && sync.contains("other funded on every cluster -> on every cluster (beta: share 3)"), "{sync}");
+    let percent_of = |shown: &str, node: &str| -> String {
+        let line = shown.lines().find(|l| l.contains(&format!(" {node} ")) || l.contains(&format!("─ {node} "))).unwrap_or_else(|| panic!("no {node} in:\n{shown}"));
+        line.split_whitespace().find(|w| w.ends_with('%')).unwrap().to_owned()
+    };
+    let (ok, shown) = said(alpha.allot(&["budget", "show", "--cluster", "beta"]));
+    assert!(ok, "{shown}");
+    assert_eq!((percent_of(&shown, "teama"), percent_of(&shown, "teamb"), percent_of(&shown, "other")), ("25.00%".into(), "0.00%".into(), "75.00%".into()), "{shown}");
+    let (ok, shown) = said(alpha.allot(&["budget", "show", "--cluster", "alpha"]));
+    assert!(ok && percent_of(&shown, "teamb") == "25.00%" && shown.contains("[funded on alpha]"), "{shown}");
+    // The plugins of beta take the new budget within their follow period.
+    let mut refused = String::new();
+    beta.wait_for("beta refuses teamb's allocated jobs", secs(30), || match beta.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]) {
+        Err(e) => {
+            refused = e;
+            true
+        }
+        Ok(j) => {
+            beta.slurm(None, "scancel", &[&j.to_string()]);
+            false
+        }
+    });
+    assert!(refused.contains("budget lab/teamb is not funded on cluster beta (it is on: alpha)") && refused.contains("min_runtime=0"), "{refused}");
+    let free = beta.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=0", &sleep_job(1)]);
+    assert!(free.is_ok(), "an unallocated job runs anywhere: {free:?}");
+    let paid = alpha.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
+    assert!(paid.is_ok(), "teamb is funded on alpha: {paid:?}");
+    beta.wait_state(free.unwrap(), "COMPLETED", secs(30));
+    alpha.wait_state(paid.unwrap(), "COMPLETED", secs(30));
 }
