@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use allot_ledger::Ledger;
 
+mod proxy;
+pub use proxy::SocketProxy;
+
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The repository root (this crate is tests/cluster).
@@ -235,10 +238,35 @@ impl TestCluster {
     /// differ), on this one's server ledger (so on the budget already
     /// synced there). Two clusters of a lab.
     pub fn start_beside(&self, name: &str, options: Options) -> TestCluster {
-        assert_ne!(options.cluster_name, self.cluster_name, "two clusters of a lab have two names");
         assert!(self.server.is_some(), "a cluster beside another shares its server ledger: start the first with Options::server_ledger");
         let shared = (self.ledger_url(false), self.ledger_url(true));
+        self.start_beside_on(name, options, shared)
+    }
+
+    /// [`TestCluster::start_beside`], the second cluster reaching the server
+    /// through `proxy` ([`TestCluster::ledger_proxy`]): a link to slow or cut.
+    pub fn start_beside_through(&self, name: &str, options: Options, proxy: &SocketProxy) -> TestCluster {
+        let socket = self.with_server(|s| s.dir().join("mysqld.sock"));
+        let through = |url: String, inner: bool| {
+            let (from, to) = if inner { (self.inner(&socket), self.inner(proxy.path())) } else { (socket.clone(), proxy.path().to_owned()) };
+            url.replace(&format!("socket={}", from.display()), &format!("socket={}", to.display()))
+        };
+        let shared = (through(self.ledger_url(false), false), through(self.ledger_url(true), true));
+        assert!(shared.1.contains(&self.inner(proxy.path()).display().to_string()), "the proxied URL names the proxy: {}", shared.1);
+        self.start_beside_on(name, options, shared)
+    }
+
+    fn start_beside_on(&self, name: &str, options: Options, shared: (String, String)) -> TestCluster {
+        assert_ne!(options.cluster_name, self.cluster_name, "two clusters of a lab have two names");
         Self::bring_up(name, None, Options { server_ledger: false, ..options }, None, Some(shared))
+    }
+
+    /// A proxy in front of this cluster's ledger server, its socket in this
+    /// cluster's directory (inside the release's root, where the daemons
+    /// of a cluster beside it can reach it).
+    pub fn ledger_proxy(&self) -> SocketProxy {
+        let socket = self.with_server(|s| s.dir().join("mysqld.sock"));
+        SocketProxy::start(&self.dir.join("ledger-proxy.sock"), &socket)
     }
 
     fn bring_up(name: &str, budget: Option<&str>, options: Options, serial: Option<MutexGuard<'static, ()>>, shared_ledger: Option<(String, String)>) -> TestCluster {

@@ -162,7 +162,7 @@ fn s2_a_server_that_stops_answering_writes_never_slows_submission_or_scheduling(
 }
 
 /// Wakes `c`'s priority plugin until `check` holds of its jobs.
-fn wait_ranked(c: &TestCluster, what: &str, check: impl Fn(&TestCluster) -> bool) {
+fn wait_ranked(c: &TestCluster, what: &str, mut check: impl FnMut(&TestCluster) -> bool) {
     c.wait_for(what, secs(30), || {
         wake_recompute(c);
         check(c)
@@ -296,4 +296,74 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert!(paid.is_ok(), "teamb is funded on alpha: {paid:?}");
     beta.wait_state(free.unwrap(), "COMPLETED", secs(30));
     alpha.wait_state(paid.unwrap(), "COMPLETED", secs(30));
+}
+
+/// A lab's faults between one cluster and the ledger's server, the other
+/// cluster's link untouched: beta reaches the server through a proxy that
+/// first makes every exchange slow (hundreds of milliseconds), then cuts the
+/// link for a while. Submissions on beta stay fast and checked, its jobs run,
+/// alpha's runs are written all along, and beta's are written once its link
+/// is back, exactly as its Slurm recorded them.
+#[test]
+fn s4_a_cluster_whose_link_to_the_server_is_slow_or_cut_keeps_scheduling_and_loses_nothing() {
+    let options = Options { recompute_period: 2, grace: 3, run_log: true, ..Options::default() };
+    let alpha = TestCluster::start("linkalpha", BUDGET, Options { server_ledger: true, cluster_name: "alpha", ..options.clone() });
+    let proxy = alpha.ledger_proxy();
+    let beta = alpha.start_beside_through("linkbeta", Options { cluster_name: "beta", ..options }, &proxy);
+    let conf = std::fs::read_to_string(beta.dir.join("etc/allot.conf")).unwrap();
+    assert!(conf.contains("ledger-proxy.sock"), "beta's ledger is reached through the proxy: {conf}");
+    let first = beta.sbatch("bob", &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    wait_ranked(&beta, "beta's first run in the ledger", |c| ledger_runs(c, &[first]).len() == 1);
+
+    // Slow: every chunk either way waits 150 ms, so a statement takes 300 ms or more.
+    proxy.set_delay(std::time::Duration::from_millis(150));
+    let computed = |c: &TestCluster| c.read_ledger().unwrap().for_cluster(Some(c.cluster_name.as_str())).unwrap().usage_snapshot().unwrap().map_or(0, |s| s.computed_at);
+    let t = std::time::Instant::now();
+    let before = computed(&beta);
+    let one_read = t.elapsed();
+    assert!(one_read >= std::time::Duration::from_millis(300), "the link is slow: connecting and one read took {one_read:?}");
+    let (mut slow_jobs, mut slowest) = (vec![first], std::time::Duration::ZERO);
+    for i in 0..6u32 {
+        let t = std::time::Instant::now();
+        slow_jobs.push(beta.sbatch(["alice", "bob", "carol"][i as usize % 3], &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap());
+        slowest = slowest.max(t.elapsed());
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    }
+    let bad = beta.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=9h", &sleep_job(1)]);
+    assert!(bad.is_err(), "submissions are still checked: {bad:?}");
+    beta.wait_for("the jobs submitted over the slow link run and end", secs(60), || slow_jobs.iter().all(|&j| beta.job(j).state() == "COMPLETED"));
+    wait_ranked(&beta, "their runs in the ledger over the slow link", |c| ledger_runs(c, &slow_jobs).len() == slow_jobs.len());
+    assert!(computed(&beta) > before, "beta's usage snapshot is still written over the slow link");
+    eprintln!("slow link (150 ms a chunk; a connection and one read took {one_read:?}): the slowest of 6 submissions took {slowest:?}");
+    assert!(slowest < secs(1), "a submission waited {slowest:?} on the slow link");
+
+    // Cut: beta schedules on, alpha's runs are written meanwhile.
+    proxy.set_delay(std::time::Duration::ZERO);
+    proxy.set_cut(true);
+    let cut_jobs: Vec<u32> = (0..4u32).map(|i| beta.sbatch(["alice", "bob"][i as usize % 2], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2 + i)]).unwrap()).collect();
+    let refused = beta.sbatch("mallory", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
+    assert!(refused.is_err(), "an account outside the budget is refused while the link is cut: {refused:?}");
+    let alpha_jobs: Vec<u32> = (0..2u32).map(|i| alpha.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=5s", &sleep_job(2 + i)]).unwrap()).collect();
+    beta.wait_for("beta's jobs run and end while cut off", secs(60), || cut_jobs.iter().all(|&j| beta.job(j).state() == "COMPLETED"));
+    wait_ranked(&alpha, "alpha's runs written while beta is cut off", |c| ledger_runs(c, &alpha_jobs).len() == alpha_jobs.len());
+    assert!(ledger_runs(&beta, &cut_jobs).is_empty(), "nothing of beta's reached the server while cut off");
+    let log = beta.ctld_log();
+    assert!(log.contains("writing the ledger") && log.contains("kept in memory"), "beta's slurmctld says its runs are kept:\n{log}");
+
+    // Back: everything beta kept in memory is written, as its Slurm recorded it.
+    proxy.set_cut(false);
+    let all: Vec<u32> = slow_jobs.iter().chain(&cut_jobs).copied().collect();
+    let mut slurm = BTreeMap::new();
+    beta.wait_for("beta's Slurm record of every run end", secs(30), || {
+        slurm = slurm_runs(&beta, &all);
+        slurm.len() == all.len()
+    });
+    let mut ledger = BTreeMap::new();
+    wait_ranked(&beta, "beta's runs written once its link is back", |c| {
+        ledger = ledger_runs(c, &all);
+        ledger.len() >= slurm.len()
+    });
+    eprintln!("link cut and restored: beta's Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
+    assert_eq!(ledger, slurm, "every run of beta's, as its Slurm recorded it");
+    assert!(beta.ctld_log().contains("writing the ledger: recovered"), "beta's slurmctld logs the recovery");
 }
