@@ -151,14 +151,13 @@ impl RunRow {
 /// start: the run of 0 s gives way to the real one (its row takes the real
 /// run's end), so the real run is charged. Otherwise recording a run twice
 /// changes nothing, and an ended run stays ended.
-fn open_run_sql(dialect: Dialect) -> String {
-    match dialect {
-        Dialect::Sqlite => format!(
-            "INSERT INTO runs (cluster, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT(cluster, job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
+fn open_run_sql(dialect: Dialect) -> (String, String) {
+    let head = format!("INSERT INTO runs (cluster, {RUN_COLUMNS}) VALUES");
+    let tail = match dialect {
+        Dialect::Sqlite => "ON CONFLICT(cluster, job_id, run_start) DO UPDATE SET run_end = excluded.run_end, end_reason = excluded.end_reason,
                  leaf = excluded.leaf, account = excluded.account, user = excluded.user, gpus = excluded.gpus, allocated = excluded.allocated
              WHERE runs.run_end = runs.run_start AND (excluded.run_end IS NULL OR excluded.run_end > runs.run_end)"
-        ),
+            .to_owned(),
         // The server applies assignments left to right, each seeing the
         // ones before: run_end, which the condition reads, goes last.
         Dialect::MySql => {
@@ -168,34 +167,33 @@ fn open_run_sql(dialect: Dialect) -> String {
                 .map(|c| format!("{c} = IF({give_way}, VALUES({c}), {c})"))
                 .collect::<Vec<_>>()
                 .join(", ");
-            format!("INSERT INTO runs (cluster, {RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE {set}")
+            format!("ON DUPLICATE KEY UPDATE {set}")
         }
-    }
+    };
+    (head, tail)
 }
 
 /// A job's submit time is its first submission: Slurm moves a requeued
 /// job's to the requeue, and a restarted slurmctld records every contract
 /// again. (A job id that ended and is used again is another job: its own
 /// submit time.)
-fn contract_sql(dialect: Dialect) -> &'static str {
-    match dialect {
+fn contract_sql(dialect: Dialect) -> (&'static str, &'static str) {
+    let head = "INSERT INTO contracts (cluster, job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus) VALUES";
+    let tail = match dialect {
         Dialect::Sqlite => {
-            "INSERT INTO contracts (cluster, job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON CONFLICT(cluster, job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
+            "ON CONFLICT(cluster, job_id) DO UPDATE SET user = excluded.user, account = excluded.account, leaf = excluded.leaf,
                  min_runtime = excluded.min_runtime, priority = excluded.priority, resumable = excluded.resumable,
                  submit_time = CASE WHEN contracts.end_time IS NULL THEN MIN(contracts.submit_time, excluded.submit_time) ELSE excluded.submit_time END,
                  comment = excluded.comment, gpus = excluded.gpus"
         }
         Dialect::MySql => {
-            "INSERT INTO contracts (cluster, job_id, user, account, leaf, min_runtime, priority, resumable, submit_time, comment, gpus)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-             ON DUPLICATE KEY UPDATE user = VALUES(user), account = VALUES(account), leaf = VALUES(leaf),
+            "ON DUPLICATE KEY UPDATE user = VALUES(user), account = VALUES(account), leaf = VALUES(leaf),
                  min_runtime = VALUES(min_runtime), priority = VALUES(priority), resumable = VALUES(resumable),
                  submit_time = IF(end_time IS NULL, LEAST(submit_time, VALUES(submit_time)), VALUES(submit_time)),
                  comment = VALUES(comment), gpus = VALUES(gpus)"
         }
-    }
+    };
+    (head, tail)
 }
 
 /// `a` then `b`: a cluster filter's parameter before a query's own.
@@ -238,22 +236,28 @@ impl Ledger {
     pub fn record_period(&mut self, period: &Period) -> Result<()> {
         let cluster = self.cluster_key().to_owned();
         self.write(|c| {
-            let open = open_run_sql(c.dialect());
+            // Rows go many to a statement (Conn::exec_rows), in the order
+            // given: a run's opening before its closing.
+            let (open_head, open_tail) = open_run_sql(c.dialect());
             let close = "UPDATE runs SET run_end = ?, end_reason = ? WHERE cluster = ? AND job_id = ? AND run_start = ? AND (run_end IS NULL OR (run_end = run_start AND ? > run_end))";
+            let mut opens: Vec<Vec<Value>> = Vec::new();
             for update in &period.runs {
                 match update {
-                    RunUpdate::Open(r) => {
-                        c.exec(&open, params![&cluster, r.job_id, r.run_start, r.run_end, &r.leaf, &r.account, &r.user, r.gpus, r.allocated, &r.end_reason])?;
-                    }
+                    RunUpdate::Open(r) => opens.push(params![&cluster, r.job_id, r.run_start, r.run_end, &r.leaf, &r.account, &r.user, r.gpus, r.allocated, &r.end_reason].to_vec()),
                     RunUpdate::Close { job_id, run_start, run_end, reason } => {
+                        c.exec_rows(&open_head, &open_tail, 10, &std::mem::take(&mut opens))?;
                         c.exec(close, params![*run_end, reason, &cluster, *job_id, *run_start, *run_end])?;
                     }
                 }
             }
-            let contract = contract_sql(c.dialect());
-            for k in &period.contracts {
-                c.exec(contract, params![&cluster, k.job_id, &k.user, &k.account, &k.leaf, k.min_runtime, &k.priority, k.resumable, k.submit_time, &k.comment, k.gpus])?;
-            }
+            c.exec_rows(&open_head, &open_tail, 10, &opens)?;
+            let (contract_head, contract_tail) = contract_sql(c.dialect());
+            let contracts: Vec<Vec<Value>> = period
+                .contracts
+                .iter()
+                .map(|k| params![&cluster, k.job_id, &k.user, &k.account, &k.leaf, k.min_runtime, &k.priority, k.resumable, k.submit_time, &k.comment, k.gpus].to_vec())
+                .collect();
+            c.exec_rows(contract_head, contract_tail, 11, &contracts)?;
             // A requeued job may end again later: the last end is kept.
             for e in &period.job_ends {
                 c.exec("UPDATE contracts SET end_time = ? WHERE cluster = ? AND job_id = ?", params![e.at, &cluster, e.job_id])?;
@@ -262,13 +266,15 @@ impl Ledger {
                 Dialect::Sqlite => "INSERT OR REPLACE INTO demand",
                 Dialect::MySql => "REPLACE INTO demand",
             };
-            let demand = format!("{demand} (cluster, leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES (?, ?, ?, ?, ?, ?, ?)");
-            for d in &period.demand {
-                c.exec(&demand, params![&cluster, &d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated])?;
-            }
-            for e in &period.events {
-                c.exec("INSERT INTO events (cluster, at, job_id, kind, detail) VALUES (?, ?, ?, ?, ?)", params![&cluster, e.at, e.job_id, &e.kind, &e.detail])?;
-            }
+            let demand = format!("{demand} (cluster, leaf, at, pending_allocated, pending_unallocated, running_allocated, running_unallocated) VALUES");
+            let rows: Vec<Vec<Value>> = period
+                .demand
+                .iter()
+                .map(|d| params![&cluster, &d.leaf, d.at, d.pending_allocated, d.pending_unallocated, d.running_allocated, d.running_unallocated].to_vec())
+                .collect();
+            c.exec_rows(&demand, "", 7, &rows)?;
+            let events: Vec<Vec<Value>> = period.events.iter().map(|e| params![&cluster, e.at, e.job_id, &e.kind, &e.detail].to_vec()).collect();
+            c.exec_rows("INSERT INTO events (cluster, at, job_id, kind, detail) VALUES", "", 5, &events)?;
             if let Some(snapshot) = &period.snapshot {
                 snapshot.write(c, &cluster)?;
             }

@@ -36,9 +36,8 @@ pub struct UsageSnapshot {
 impl UsageSnapshot {
     pub(crate) fn write(&self, c: &Conn, cluster: &str) -> DbResult<()> {
         c.exec("DELETE FROM usage_snapshot WHERE cluster = ?", params![cluster])?;
-        for l in &self.leaves {
-            c.exec("INSERT INTO usage_snapshot (cluster, leaf, charged, unallocated) VALUES (?, ?, ?, ?)", params![cluster, &l.leaf, l.charged, l.unallocated])?;
-        }
+        let rows: Vec<Vec<crate::db::Value>> = self.leaves.iter().map(|l| params![cluster, &l.leaf, l.charged, l.unallocated].to_vec()).collect();
+        c.exec_rows("INSERT INTO usage_snapshot (cluster, leaf, charged, unallocated) VALUES", "", 4, &rows)?;
         let replace = match c.dialect() {
             Dialect::Sqlite => "INSERT OR REPLACE",
             Dialect::MySql => "REPLACE",
