@@ -28,6 +28,9 @@
 # ALLOT_SLURM_RELEASE: the Slurm release to measure (scripts/release.sh;
 # default 22.05); a release with a root runs its cluster and the submitting
 # shell inside it.
+# ALLOT_BENCH_SERVER_LEDGER=1: a third configuration, `server`: allot's
+# plugins with their ledger on a private MariaDB (over its local socket,
+# LedgerUrl), measured in the same rounds (needs install-deps.sh --accounting).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$(pwd)
@@ -86,12 +89,46 @@ submit() { # count: one shell (inside the root, if any) submits them all
 # slurmctld's CPU time so far (user + system), in clock ticks.
 ctld_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-measure() { # plugins -> prints "submissions_per_s submit_rpc_us main_mean_us main_max_us bf_mean_us cpu_us_per_submission"
-    local plugins=$1
+# A private MariaDB for the ledger in DIR/ledger-db (the `server`
+# configuration); sets ledger_url (as the daemons see it) and host_url.
+ledger_server_up() {
+    local d=$DIR/ledger-db inner=${DIR#"$root"}/ledger-db
+    mkdir -p "$d"
+    "${in_root[@]}" mariadb-install-db --no-defaults --datadir="$inner/data" --user=root --auth-root-authentication-method=normal \
+        --skip-test-db --skip-name-resolve --force >"$d/install.log" 2>&1 || { echo "bench: mariadb-install-db failed: $d/install.log" >&2; exit 1; }
+    "${in_root[@]}" mariadbd --no-defaults --datadir="$inner/data" --socket="$inner/mysqld.sock" --skip-networking --user=root \
+        --pid-file="$inner/mariadbd.pid" --log-error="$inner/mariadbd.log" --skip-name-resolve \
+        --innodb-log-file-size=4M --innodb-buffer-pool-size=64M >/dev/null 2>&1 &
+    local waited=0
+    until [[ -S $d/mysqld.sock ]]; do
+        ((waited++ < 300)) || { echo "bench: mariadbd did not start: $d/mariadbd.log" >&2; exit 1; }
+        sleep 0.1
+    done
+    "${in_root[@]}" mariadb --no-defaults --socket="$inner/mysqld.sock" -uroot \
+        -e "CREATE DATABASE allot; CREATE USER allot@localhost IDENTIFIED BY 'bench'; GRANT ALL ON allot.* TO allot@localhost;"
+    install -m 600 /dev/stdin "$d/pass" <<<bench
+    ledger_url="mysql://allot@localhost/allot?socket=$inner/mysqld.sock&password_file=$inner/pass"
+    host_url="mysql://allot@localhost/allot?socket=$d/mysqld.sock&password_file=$d/pass"
+}
+ledger_server_down() {
+    [[ -f $DIR/ledger-db/mariadbd.pid ]] && kill "$(cat "$DIR/ledger-db/mariadbd.pid")" 2>/dev/null || true
+    local waited=0
+    while [[ -S $DIR/ledger-db/mysqld.sock ]] && ((waited++ < 300)); do sleep 0.1; done
+}
+
+measure() { # configuration (stock, allot or server) -> prints "submissions_per_s submit_rpc_us main_mean_us main_max_us bf_mean_us cpu_us_per_submission"
+    local config=$1 plugins=$1 ledger_url="" host_url=""
+    [[ $config == server ]] && plugins=allot
     scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true
+    ledger_server_down
     rm -rf "$DIR"; mkdir -p "$DIR"
-    "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
-    scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
+    if [[ $config == server ]]; then
+        ledger_server_up
+        "$allot" --ledger "$host_url" sync "$budget" >/dev/null
+    else
+        "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
+    fi
+    ALLOT_LEDGER_URL=$ledger_url scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
     eval "$(scripts/cluster.sh env "$DIR")"
     submit 4                      # fill the 32 GPUs
     sleep 5
@@ -106,6 +143,7 @@ measure() { # plugins -> prints "submissions_per_s submit_rpc_us main_mean_us ma
     rpc=$("${in_root[@]}" sdiag | awk '/REQUEST_SUBMIT_BATCH_JOB/ { for (i = 1; i <= NF; i++) if ($i ~ /^ave_time:/) { sub("ave_time:", "", $i); print $i } }')
     if [[ $QUIET -eq 0 ]]; then # submissions only
         scripts/cluster.sh down "$DIR" >/dev/null
+        ledger_server_down
         awk -v n="$SUBMISSIONS" -v a="$t0" -v b="$t1" -v r="$rpc" -v c="$((c1 - c0))" -v hz="$(getconf CLK_TCK)" \
             'BEGIN { printf "%.1f %s 0 0 0 %.0f\n", n / (b - a), r, c * 1e6 / hz / n }'
         return
@@ -117,6 +155,7 @@ measure() { # plugins -> prints "submissions_per_s submit_rpc_us main_mean_us ma
     local diag
     diag=$("${in_root[@]}" sdiag)
     scripts/cluster.sh down "$DIR" >/dev/null
+    ledger_server_down
     local main_mean main_max bf_mean
     main_mean=$(awk '/^Main schedule statistics/ {m=1} m && /Mean cycle:/ {print $3; exit}' <<<"$diag")
     main_max=$(awk '/^Main schedule statistics/ {m=1} m && /Max cycle:/ {print $3; exit}' <<<"$diag")
@@ -142,9 +181,11 @@ settle() {
         waited=$((waited + 5))
     done
 }
+configs="stock allot"
+[[ ${ALLOT_BENCH_SERVER_LEDGER:-0} == 1 ]] && configs="stock allot server"
 for ((r = 1; r <= rounds; r++)); do
-    order="stock allot"
-    ((r % 2 == 0)) && order="allot stock"
+    order=$configs
+    ((r % 2 == 0)) && order=$(tr ' ' '\n' <<<"$configs" | tac | tr '\n' ' ')
     for plugins in $order; do
         settle
         line=$(measure "$plugins")
@@ -161,12 +202,15 @@ function median(k, col,    arr, i, j, t, m) {
     for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (arr[j] < arr[i]) { t = arr[i]; arr[i] = arr[j]; arr[j] = t }
     return (m % 2) ? arr[(m + 1) / 2] : (arr[m / 2] + arr[m / 2 + 1]) / 2
 }
-{ cfg[NR] = $1; for (c = 2; c <= 7; c++) val[NR, c] = $c }
+{ cfg[NR] = $1; seen[$1] = 1; for (c = 2; c <= 7; c++) val[NR, c] = $c }
 END {
     printf "median over the rounds\n%-6s %10s %16s %16s %16s %15s %19s\n", "", "sbatch/s", "submit RPC (us)", "CPU/submit (us)", "main mean (us)", "main max (us)", "backfill mean (us)"
-    split("stock allot", ks, " ")
-    for (i = 1; i <= 2; i++) { k = ks[i]; printf "%-6s %10.1f %16.0f %16.0f %16.0f %15.0f %19.0f\n", k, median(k, 2), median(k, 3), median(k, 7), median(k, 4), median(k, 5), median(k, 6) }
+    n = split("stock allot server", ks, " ")
+    for (i = 1; i <= n; i++) { k = ks[i]; if (!(k in seen)) continue; printf "%-6s %10.1f %16.0f %16.0f %16.0f %15.0f %19.0f\n", k, median(k, 2), median(k, 3), median(k, 7), median(k, 4), median(k, 5), median(k, 6) }
     printf "\nallot / stock: throughput %.2f (goal >= 0.95), slurmctld time per submission %.2f and CPU per submission %.2f (goal <= 1.1), main cycle %.2f (goal <= 1.2)\n", \
         median("allot", 2) / median("stock", 2), median("allot", 3) / median("stock", 3), median("allot", 7) / median("stock", 7), (median("stock", 4) > 0 ? median("allot", 4) / median("stock", 4) : 0)
+    if ("server" in seen)
+        printf "server ledger / stock: throughput %.2f, slurmctld time per submission %.2f and CPU per submission %.2f, main cycle %.2f; server / file ledger: main cycle %.2f\n", \
+            median("server", 2) / median("stock", 2), median("server", 3) / median("stock", 3), median("server", 7) / median("stock", 7), (median("stock", 4) > 0 ? median("server", 4) / median("stock", 4) : 0), (median("allot", 4) > 0 ? median("server", 4) / median("allot", 4) : 0)
 }' "$results"
 rm -f "$results" "$budget"

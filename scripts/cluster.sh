@@ -849,7 +849,7 @@ start_accounting() {
     wait_for "MariaDB to answer" 30 "${IN_ROOT[@]}" mariadb-admin --no-defaults --socket="$INNER/run/mysqld.sock" -uroot ping
     start_daemon slurmdbd slurmdbd -D
     wait_for "slurmdbd to answer" 30 "${IN_ROOT[@]}" sacctmgr -n show cluster
-    "${IN_ROOT[@]}" sacctmgr -i add cluster allot >/dev/null || die "sacctmgr add cluster allot failed"
+    "${IN_ROOT[@]}" sacctmgr -i add cluster "${cluster_name:-allot}" >/dev/null || die "sacctmgr add cluster ${cluster_name:-allot} failed"
 }
 
 # sinfo -N lists a node once per partition: count each node once.

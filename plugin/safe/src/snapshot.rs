@@ -332,12 +332,20 @@ impl Follower {
     /// With no budget read since this process started, takes the last good
     /// copy's, and publishes a snapshot from it. Returns whether it did.
     fn fall_back_to_copy(&mut self) -> bool {
+        self.take_copy(true)
+    }
+
+    /// [`Follower::fall_back_to_copy`]; `failed`: because the ledger could
+    /// not be read (else: to start before a server's first answer).
+    fn take_copy(&mut self, failed: bool) -> bool {
         if self.tree.is_some() {
             return false; // what this process last read is at least as new
         }
         let Some(path) = self.last_good.clone() else { return false };
         let (copy, tree) = match LastGood::read(&path) {
             Ok(Some(found)) => found,
+            // None yet (a first start) is news only when the ledger failed.
+            Ok(None) if !failed => return false,
             Ok(None) => {
                 self.copy_problems.report("the last good copy", Err(format!("there is none at {}", path.display())));
                 return false;
@@ -347,13 +355,17 @@ impl Follower {
                 return false;
             }
         };
-        log::warn!(
-            "no budget can be read from the ledger {}: deciding from the last good copy {} (budget version {}, written {} s ago) until one can",
-            self.ledger.location(),
-            path.display(),
-            copy.budget_version,
-            crate::now() - copy.written_at
-        );
+        if failed {
+            log::warn!(
+                "no budget can be read from the ledger {}: deciding from the last good copy {} (budget version {}, written {} s ago) until one can",
+                self.ledger.location(),
+                path.display(),
+                copy.budget_version,
+                crate::now() - copy.written_at
+            );
+        } else {
+            log::info!("starting from the last good copy {} (budget version {}) until the ledger's server first answers", path.display(), copy.budget_version);
+        }
         let tree = Arc::new(tree.for_cluster(self.ledger.cluster()));
         let usage = copy.usage.as_ref().map(|u| u.snapshot());
         let ranking = match &usage {
@@ -440,7 +452,16 @@ impl FollowerThread {
     /// snapshot), then every `period` on a thread named `name`.
     pub fn start(name: &str, path: &Location, cluster: Option<&str>, last_good: Option<PathBuf>, period: Duration) -> std::io::Result<FollowerThread> {
         let mut follower = Follower::new(path.clone(), cluster, last_good);
-        follower.refresh();
+        // A file is read at once (milliseconds). A server may be down or cut
+        // off, and this runs on slurmctld's main thread while it starts:
+        // decide from the last good copy until the thread's first read,
+        // which it makes right away.
+        let mut read_now = path.is_server();
+        if read_now {
+            follower.take_copy(false);
+        } else {
+            follower.refresh();
+        }
         let published = follower.handle();
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let stop_thread = stop.clone();
@@ -448,7 +469,8 @@ impl FollowerThread {
             let (lock, cvar) = &*stop_thread;
             loop {
                 let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-                let (guard, _) = cvar.wait_timeout_while(guard, period, |stopped| !*stopped).unwrap_or_else(|p| p.into_inner());
+                let wait = if std::mem::take(&mut read_now) { Duration::ZERO } else { period };
+                let (guard, _) = cvar.wait_timeout_while(guard, wait, |stopped| !*stopped).unwrap_or_else(|p| p.into_inner());
                 if *guard {
                     return;
                 }

@@ -1,7 +1,9 @@
 //! A Unix-socket proxy in front of the ledger's MariaDB server, for the
 //! fault tests of a cluster whose link to the server is slow or cut: every
-//! chunk either way waits `delay` before it is passed on, and `cut` drops
-//! every connection and refuses new ones until it is lifted.
+//! chunk either way waits `delay` before it is passed on, `cut` drops
+//! every connection and refuses new ones until it is lifted, and `hang`
+//! takes new connections and never answers them (a server or a network
+//! that has stopped answering: the client waits for its timeouts).
 
 use std::io::{Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,6 +16,9 @@ use std::time::Duration;
 struct State {
     delay_ms: AtomicU64,
     cut: AtomicBool,
+    hang: AtomicBool,
+    /// Connections taken while hanging, held open unanswered.
+    held: Mutex<Vec<UnixStream>>,
     stopped: AtomicBool,
     /// Both ends of every live connection, to shut down on a cut.
     live: Mutex<Vec<UnixStream>>,
@@ -42,6 +47,10 @@ impl SocketProxy {
                 let Ok(client) = client else { continue };
                 if s.cut.load(Ordering::SeqCst) {
                     continue; // dropped: the client sees the connection closed
+                }
+                if s.hang.load(Ordering::SeqCst) {
+                    s.held.lock().unwrap().push(client);
+                    continue;
                 }
                 let Ok(server) = UnixStream::connect(&upstream) else { continue };
                 {
@@ -73,6 +82,19 @@ impl SocketProxy {
         }
     }
 
+    /// Stops answering: live connections are cut, new ones are taken and
+    /// never answered; or, lifted, closes those and answers again.
+    pub fn set_hang(&self, hang: bool) {
+        self.state.hang.store(hang, Ordering::SeqCst);
+        if hang {
+            for stream in self.state.live.lock().unwrap().drain(..) {
+                let _ = stream.shutdown(std::net::Shutdown::Both);
+            }
+        } else {
+            self.state.held.lock().unwrap().clear();
+        }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -101,6 +123,7 @@ impl Drop for SocketProxy {
     fn drop(&mut self) {
         self.state.stopped.store(true, Ordering::SeqCst);
         self.set_cut(true);
+        self.state.held.lock().unwrap().clear();
         // Wake the accepting thread.
         let _ = UnixStream::connect(&self.path);
         if let Some(t) = self.accept.take() {

@@ -367,3 +367,48 @@ fn s4_a_cluster_whose_link_to_the_server_is_slow_or_cut_keeps_scheduling_and_los
     assert_eq!(ledger, slurm, "every run of beta's, as its Slurm recorded it");
     assert!(beta.ctld_log().contains("writing the ledger: recovered"), "beta's slurmctld logs the recovery");
 }
+
+/// A slurmctld that starts while its ledger's server does not answer (the
+/// link hangs: connections taken, never answered) starts as fast as with a
+/// live server, from the last good copy, and checks and schedules jobs; once
+/// the server answers, the runs are written.
+#[test]
+fn s5_a_slurmctld_starts_without_waiting_for_a_server_that_does_not_answer() {
+    let options = Options { recompute_period: 2, grace: 3, run_log: true, ..Options::default() };
+    let alpha = TestCluster::start("hangalpha", BUDGET, Options { server_ledger: true, cluster_name: "alpha", ..options.clone() });
+    let proxy = alpha.ledger_proxy();
+    let beta = alpha.start_beside_through("hangbeta", Options { cluster_name: "beta", ..options }, &proxy);
+    let first = beta.sbatch("bob", &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    wait_ranked(&beta, "a first run in the ledger (and a last good copy)", |c| ledger_runs(c, &[first]).len() == 1);
+    let t = std::time::Instant::now();
+    beta.restart_slurmctld();
+    let answering = t.elapsed();
+
+    proxy.set_hang(true);
+    let t = std::time::Instant::now();
+    beta.restart_slurmctld();
+    let hanging = t.elapsed();
+    eprintln!("slurmctld restart: {answering:?} with the server answering, {hanging:?} with it hanging");
+    assert!(hanging < answering + secs(3), "slurmctld waited for a server that does not answer: {hanging:?} against {answering:?}");
+    assert!(beta.ctld_log().contains("starting from the last good copy"), "{}", beta.ctld_log());
+    let t = std::time::Instant::now();
+    let refused = beta.sbatch("mallory", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
+    assert!(refused.is_err(), "checked against the last good copy's budget: {refused:?}");
+    let jobs: Vec<u32> = (0..3u32).map(|i| beta.sbatch(["alice", "bob", "carol"][i as usize], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
+    let submitting = t.elapsed();
+    assert!(submitting < secs(2), "4 submissions took {submitting:?} while the server hangs");
+    beta.wait_for("the jobs run and end while the server hangs", secs(60), || jobs.iter().all(|&j| beta.job(j).state() == "COMPLETED"));
+
+    proxy.set_hang(false);
+    let mut slurm = BTreeMap::new();
+    beta.wait_for("Slurm's record of every run end", secs(30), || {
+        slurm = slurm_runs(&beta, &jobs);
+        slurm.len() == jobs.len()
+    });
+    let mut ledger = BTreeMap::new();
+    wait_ranked(&beta, "the runs written once the server answers", |c| {
+        ledger = ledger_runs(c, &jobs);
+        ledger.len() >= slurm.len()
+    });
+    assert_eq!(ledger, slurm, "every run, as Slurm recorded it");
+}
