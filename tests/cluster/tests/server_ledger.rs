@@ -46,6 +46,24 @@ fn gpu_seconds(runs: &BTreeMap<(u32, i64), (i64, i64)>) -> i64 {
     runs.iter().map(|((_, start), (end, gpus))| (end - start) * gpus).sum()
 }
 
+/// Waits for Slurm's record of every run of `jobs` (ALLOT_RUN_LOG) and for
+/// the ledger to hold as many of `c`'s cluster; asserts they are the same
+/// runs, start, end and GPUs; prints both totals under `what`.
+fn assert_runs_as_slurm_recorded(c: &TestCluster, jobs: &[u32], what: &str) {
+    let mut slurm = BTreeMap::new();
+    c.wait_for("Slurm's record of every run end", secs(30), || {
+        slurm = slurm_runs(c, jobs);
+        slurm.len() >= jobs.len()
+    });
+    let mut ledger = BTreeMap::new();
+    wait_ranked(c, &format!("{what}: every run in the ledger"), |c| {
+        ledger = ledger_runs(c, jobs);
+        ledger.len() >= slurm.len()
+    });
+    eprintln!("{what}: Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
+    assert_eq!(ledger, slurm, "{what}: every run, its start, end and GPUs, as Slurm recorded them");
+}
+
 #[test]
 fn s1_a_server_ledger_charges_every_run_and_its_server_dying_mid_run_loses_none() {
     let options = Options { recompute_period: 2, grace: 3, run_log: true, server_ledger: true, ..Options::default() };
@@ -83,19 +101,7 @@ fn s1_a_server_ledger_charges_every_run_and_its_server_dying_mid_run_loses_none(
     // The server comes back: everything held in memory is written.
     c.with_server(|s| s.restart());
     c.wait_for("every job ends", secs(90), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
-    let mut slurm = BTreeMap::new();
-    c.wait_for("Slurm's record of every run end", secs(30), || {
-        slurm = slurm_runs(&c, &jobs);
-        slurm.len() == jobs.len()
-    });
-    let mut ledger = BTreeMap::new();
-    c.wait_for("every run in the server ledger", secs(60), || {
-        wake_recompute(&c);
-        ledger = ledger_runs(&c, &jobs);
-        ledger.len() >= slurm.len()
-    });
-    eprintln!("server ledger: Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
-    assert_eq!(ledger, slurm, "every run, its start, end and GPUs, as Slurm recorded them");
+    assert_runs_as_slurm_recorded(&c, &jobs, "server ledger");
     let after = c.read_ledger().unwrap().usage_snapshot().unwrap().unwrap().computed_at;
     assert!(after > before, "the usage snapshot is written again after the server's return");
     assert!(c.ctld_log().contains("writing the ledger: recovered"), "slurmctld logs the recovery");
@@ -190,19 +196,7 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert_eq!((a[0], b[0]), (1, 1), "job ids start at 1 on both clusters");
     for (c, jobs) in [(&alpha, &a), (&beta, &b)] {
         c.wait_for("the jobs end", secs(60), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
-        let mut slurm = BTreeMap::new();
-        c.wait_for("Slurm's record of every run end", secs(30), || {
-            slurm = slurm_runs(c, jobs);
-            slurm.len() == jobs.len()
-        });
-        let mut ledger = BTreeMap::new();
-        c.wait_for("every run in the ledger, as this cluster's", secs(60), || {
-            wake_recompute(c);
-            ledger = ledger_runs(c, jobs);
-            ledger.len() >= slurm.len()
-        });
-        eprintln!("cluster {}: Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", c.cluster_name, slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
-        assert_eq!(ledger, slurm, "cluster {}: every run as its own Slurm recorded it", c.cluster_name);
+        assert_runs_as_slurm_recorded(c, jobs, &format!("cluster {}", c.cluster_name));
     }
     let lab = alpha.read_ledger().unwrap();
     assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
@@ -353,18 +347,7 @@ fn s4_a_cluster_whose_link_to_the_server_is_slow_or_cut_keeps_scheduling_and_los
     // Back: everything beta kept in memory is written, as its Slurm recorded it.
     proxy.set_cut(false);
     let all: Vec<u32> = slow_jobs.iter().chain(&cut_jobs).copied().collect();
-    let mut slurm = BTreeMap::new();
-    beta.wait_for("beta's Slurm record of every run end", secs(30), || {
-        slurm = slurm_runs(&beta, &all);
-        slurm.len() == all.len()
-    });
-    let mut ledger = BTreeMap::new();
-    wait_ranked(&beta, "beta's runs written once its link is back", |c| {
-        ledger = ledger_runs(c, &all);
-        ledger.len() >= slurm.len()
-    });
-    eprintln!("link cut and restored: beta's Slurm {} runs, {} GPU-s; ledger {} runs, {} GPU-s", slurm.len(), gpu_seconds(&slurm), ledger.len(), gpu_seconds(&ledger));
-    assert_eq!(ledger, slurm, "every run of beta's, as its Slurm recorded it");
+    assert_runs_as_slurm_recorded(&beta, &all, "link cut and restored, beta");
     assert!(beta.ctld_log().contains("writing the ledger: recovered"), "beta's slurmctld logs the recovery");
 }
 
@@ -400,15 +383,5 @@ fn s5_a_slurmctld_starts_without_waiting_for_a_server_that_does_not_answer() {
     beta.wait_for("the jobs run and end while the server hangs", secs(60), || jobs.iter().all(|&j| beta.job(j).state() == "COMPLETED"));
 
     proxy.set_hang(false);
-    let mut slurm = BTreeMap::new();
-    beta.wait_for("Slurm's record of every run end", secs(30), || {
-        slurm = slurm_runs(&beta, &jobs);
-        slurm.len() == jobs.len()
-    });
-    let mut ledger = BTreeMap::new();
-    wait_ranked(&beta, "the runs written once the server answers", |c| {
-        ledger = ledger_runs(c, &jobs);
-        ledger.len() >= slurm.len()
-    });
-    assert_eq!(ledger, slurm, "every run, as Slurm recorded it");
+    assert_runs_as_slurm_recorded(&beta, &jobs, "server answering again");
 }
