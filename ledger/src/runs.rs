@@ -298,10 +298,15 @@ impl Ledger {
 
     /// Runs that overlap `[from, ...)`: open ones and those ended after `from`.
     pub fn runs_since(&self, from: i64) -> Result<Vec<RunRow>> {
+        Ok(self.runs_since_by_cluster(from)?.into_iter().map(|(_, r)| r).collect())
+    }
+
+    /// [`Ledger::runs_since`], each with its cluster: a lab's report keys
+    /// jobs by (cluster, job id).
+    pub fn runs_since_by_cluster(&self, from: i64) -> Result<Vec<(String, RunRow)>> {
         let (only, p) = self.cluster_filter("");
-        self.read(|c| {
-            collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}(run_end IS NULL OR run_end > ?) ORDER BY run_start, job_id"), &with(p, params![from]))?, row_to_run)
-        })
+        let sql = format!("SELECT {RUN_COLUMNS}, cluster FROM runs WHERE {only}(run_end IS NULL OR run_end > ?) ORDER BY run_start, job_id, cluster");
+        self.read(|c| collect(c.rows(&sql, &with(p, params![from]))?, |r| Ok((r.get(9)?, row_to_run(r)?))))
     }
 
     /// Every run of one job, oldest first.
@@ -322,13 +327,25 @@ impl Ledger {
     /// Jobs submitted in `[from, to)`, with the time each left the queue
     /// for good (`None`: still queued or running), by submission.
     pub fn contracts_submitted(&self, from: i64, to: i64) -> Result<Vec<(ContractRow, Option<i64>)>> {
+        Ok(self.contracts_submitted_by_cluster(from, to)?.into_iter().map(|(_, c, end)| (c, end)).collect())
+    }
+
+    /// [`Ledger::contracts_submitted`], each with its cluster.
+    pub fn contracts_submitted_by_cluster(&self, from: i64, to: i64) -> Result<Vec<(String, ContractRow, Option<i64>)>> {
         let (only, p) = self.cluster_filter("");
+        let sql = format!("SELECT {CONTRACT_COLUMNS}, cluster FROM contracts WHERE {only}submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id, cluster");
         self.read(|c| {
-            collect(
-                c.rows(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE {only}submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id"), &with(p, params![from, to]))?,
-                row_to_contract,
-            )
+            collect(c.rows(&sql, &with(p, params![from, to]))?, |r| {
+                let (contract, end) = row_to_contract(r)?;
+                Ok((r.get(11)?, contract, end))
+            })
         })
+    }
+
+    /// The contract of job `job_id` of cluster `cluster` (whatever this
+    /// connection's scope).
+    pub fn contract_in(&self, cluster: &str, job_id: u32) -> Result<Option<ContractRow>> {
+        self.read(|c| c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE cluster = ? AND job_id = ?"), params![cluster, job_id])?.map(|r| Ok(row_to_contract(&r)?.0)).transpose())
     }
 
     /// Jobs waiting as the ledger last heard: recorded with schema 3 or
@@ -380,10 +397,14 @@ impl Ledger {
 
     /// Events of one kind (`preempted`, ...) in `[from, to)`, oldest first.
     pub fn events_between(&self, kind: &str, from: i64, to: i64) -> Result<Vec<EventRow>> {
+        Ok(self.events_between_by_cluster(kind, from, to)?.into_iter().map(|(_, e)| e).collect())
+    }
+
+    /// [`Ledger::events_between`], each with its cluster.
+    pub fn events_between_by_cluster(&self, kind: &str, from: i64, to: i64) -> Result<Vec<(String, EventRow)>> {
         let (only, p) = self.cluster_filter("");
-        self.read(|c| {
-            collect(c.rows(&format!("SELECT at, job_id, kind, detail FROM events WHERE {only}kind = ? AND at >= ? AND at < ? ORDER BY at, id"), &with(p, params![kind, from, to]))?, row_to_event)
-        })
+        let sql = format!("SELECT at, job_id, kind, detail, cluster FROM events WHERE {only}kind = ? AND at >= ? AND at < ? ORDER BY at, id");
+        self.read(|c| collect(c.rows(&sql, &with(p, params![kind, from, to]))?, |r| Ok((r.get(4)?, row_to_event(r)?))))
     }
 
     /// The clusters that know job `job_id` (a contract or a run of it):

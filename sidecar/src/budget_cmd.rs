@@ -73,7 +73,7 @@ fn percent(x: f64) -> String {
 }
 
 fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&str>, version: Option<i64>) -> anyhow::Result<()> {
-    let ledger = crate::open_reader(ledger_path, cluster, crate::Reads::SumsPerBudget, "allot budget show --cluster NAME")?;
+    let ledger = crate::open_reader(ledger_path, cluster, crate::Reads::LabOrCluster, "allot budget show --cluster NAME")?;
     let v = match version {
         Some(n) => ledger.budget_version(n)?.ok_or_else(|| anyhow!("budget version {n} does not exist"))?,
         None => ledger.current_budget()?.ok_or_else(|| anyhow!("no budget has been synced into {} yet", ledger_path))?,

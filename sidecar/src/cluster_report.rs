@@ -194,19 +194,21 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let owed = owed_by_node(&tree, &demand, capacity, from, to);
 
     // Runs: delivered, charged and unallocated per leaf, in the span.
-    let runs = l.runs_since(from).context("reading runs")?;
+    // Jobs are keyed by (cluster, job id): a lab's clusters reuse job ids.
+    let runs = l.runs_since_by_cluster(from).context("reading runs")?;
     let (mut delivered, mut charged, mut unallocated) = (vec![0i64; leaves], vec![0i64; leaves], vec![0i64; leaves]);
     let (mut total, mut total_unallocated, mut outside) = (0i64, 0i64, 0i64);
     let mut steps: Vec<(i64, i64)> = Vec::new();
     let mut held_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
-    let mut first_start: HashMap<u32, i64> = HashMap::new();
-    let mut last_run: HashMap<u32, (i64, Option<&str>)> = HashMap::new();
-    let mut runs_of: HashMap<u32, Vec<&allot_ledger::RunRow>> = HashMap::new();
-    for r in &runs {
-        runs_of.entry(r.job_id).or_default().push(r);
-        let e = first_start.entry(r.job_id).or_insert(r.run_start);
+    let mut first_start: HashMap<(&str, u32), i64> = HashMap::new();
+    let mut last_run: HashMap<(&str, u32), (i64, Option<&str>)> = HashMap::new();
+    let mut runs_of: HashMap<(&str, u32), Vec<&allot_ledger::RunRow>> = HashMap::new();
+    for (cluster, r) in &runs {
+        let job = (cluster.as_str(), r.job_id);
+        runs_of.entry(job).or_default().push(r);
+        let e = first_start.entry(job).or_insert(r.run_start);
         *e = (*e).min(r.run_start);
-        let last = last_run.entry(r.job_id).or_insert((r.run_start, r.end_reason.as_deref()));
+        let last = last_run.entry(job).or_insert((r.run_start, r.end_reason.as_deref()));
         if r.run_start >= last.0 {
             *last = (r.run_start, r.end_reason.as_deref());
         }
@@ -244,17 +246,18 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
 
     // Jobs submitted in the span: waits by kind, size and leaf.
     let rules = PreemptRules::from_settings(&tree.settings);
-    let mut facts: HashMap<u32, JobFacts> = HashMap::new();
+    let mut facts: HashMap<(String, u32), JobFacts> = HashMap::new();
     let (mut waits, mut completed) = (Vec::new(), 0usize);
     let (mut started, mut waiting, mut left) = (0, 0, 0);
     let mut by_kind: BTreeMap<&str, (Vec<i64>, usize)> = BTreeMap::new();
     let mut by_size: BTreeMap<&str, (Vec<i64>, usize)> = BTreeMap::new();
     let mut by_leaf: Vec<Vec<i64>> = vec![Vec::new(); leaves];
-    let submitted = l.contracts_submitted(from, to).context("reading contracts")?;
-    for (c, end_time) in &submitted {
+    let submitted = l.contracts_submitted_by_cluster(from, to).context("reading contracts")?;
+    for (cluster, c, end_time) in &submitted {
+        let job = (cluster.as_str(), c.job_id);
         let leaf = leaf_of(c.leaf.as_deref());
         let f = JobFacts::of(c, &tree, &rules);
-        let wait = match first_start.get(&c.job_id) {
+        let wait = match first_start.get(&job) {
             Some(&s) => {
                 started += 1;
                 // From the first submission: Slurm moves a requeued job's
@@ -264,7 +267,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
             }
             None if end_time.is_some() => {
                 left += 1;
-                facts.insert(c.job_id, f);
+                facts.insert((cluster.clone(), c.job_id), f);
                 continue;
             }
             None => {
@@ -272,7 +275,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
                 to - c.submit_time
             }
         };
-        let done = end_time.is_some() && last_run.get(&c.job_id).is_some_and(|(_, reason)| *reason == Some("completed"));
+        let done = end_time.is_some() && last_run.get(&job).is_some_and(|(_, reason)| *reason == Some("completed"));
         completed += usize::from(done);
         waits.push(wait);
         for e in [by_kind.entry(f.kind).or_default(), by_size.entry(f.size).or_default()] {
@@ -282,24 +285,24 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         if let Some(leaf) = leaf {
             by_leaf[leaf as usize].push(wait);
         }
-        facts.insert(c.job_id, f);
+        facts.insert((cluster.clone(), c.job_id), f);
     }
 
     // Preemptions, and the work lost by those that cannot resume.
-    let events = l.events_between("preempted", from, to).context("reading events")?;
+    let events = l.events_between_by_cluster("preempted", from, to).context("reading events")?;
     let (mut preemptions, mut of_unallocated, mut lost) = (0usize, 0usize, 0i64);
     let mut kind_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
     let mut size_loss: BTreeMap<&str, (usize, i64)> = BTreeMap::new();
-    for e in &events {
-        if let std::collections::hash_map::Entry::Vacant(slot) = facts.entry(e.job_id) {
+    for (cluster, e) in &events {
+        if let std::collections::hash_map::Entry::Vacant(slot) = facts.entry((cluster.clone(), e.job_id)) {
             // Submitted before the span.
-            if let Some(c) = l.contract(e.job_id)? {
+            if let Some(c) = l.contract_in(cluster, e.job_id)? {
                 slot.insert(JobFacts::of(&c, &tree, &rules));
             }
         }
         preemptions += 1;
-        let run = runs_of.get(&e.job_id).and_then(|rs| rs.iter().copied().find(|r| r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at)));
-        let f = facts.get(&e.job_id);
+        let run = runs_of.get(&(cluster.as_str(), e.job_id)).and_then(|rs| rs.iter().copied().find(|r| r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at)));
+        let f = facts.get(&(cluster.clone(), e.job_id));
         of_unallocated += usize::from(f.is_some_and(|f| !f.allocated) || run.is_some_and(|r| !r.allocated));
         let run_lost = match (f, run) {
             (Some(f), Some(r)) if !f.resumable => r.gpus as i64 * (r.run_end.unwrap_or(to) - r.run_start),
@@ -782,8 +785,15 @@ pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, args: &ReportArg
     // A missing font fails before any work.
     let font = plots.map(|_| plot::load_font(font)).transpose()?;
     let since = parse_since(since)?;
-    let l = crate::open_reader(ledger, cluster, crate::Reads::Jobs, "allot report --cluster NAME")?;
+    let l = crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot report --cluster NAME")?;
     let (report, timelines) = compute_with_timelines(&l, since, now)?;
+    let clusters: Vec<String> = l.clusters()?.into_iter().filter(|c| !c.is_empty()).collect();
+    let heading = match l.cluster() {
+        Some(c) => format!("cluster {c}\n"),
+        None if clusters.len() > 1 => format!("the lab: clusters {} (their GPUs and jobs together; --cluster NAME for one)\n", clusters.join(", ")),
+        None => String::new(),
+    };
+    let shown = || heading.clone() + &render_in_unit(&report);
     match json {
         // `--json -`: the JSON on standard output, instead of the text (so a
         // user under sudo writes it with the shell's, i.e. their own, rights).
@@ -791,15 +801,20 @@ pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, args: &ReportArg
         Some(path) => {
             let text = serde_json::to_string_pretty(&report)?;
             std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))?;
-            print!("{}", render_in_unit(&report));
+            print!("{}", shown());
         }
-        None => print!("{}", render_in_unit(&report)),
+        None => print!("{}", shown()),
     }
     if let (Some(dir), Some(font)) = (plots, font) {
         let path = draw_shares(dir, &font, &report, &timelines, under)?;
         println!("picture: {}", path.display());
-        let path = draw_queue(dir, &font, &l, &timelines.tree)?;
-        println!("picture: {}", path.display());
+        // The queue is one cluster's, in that cluster's order.
+        if l.cluster().is_some() || l.clusters()?.len() <= 1 {
+            let path = draw_queue(dir, &font, &l, &timelines.tree)?;
+            println!("picture: {}", path.display());
+        } else {
+            println!("(no queue picture for the lab: each cluster orders its own queue; give --cluster NAME)");
+        }
     }
     Ok(())
 }

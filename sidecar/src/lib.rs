@@ -18,13 +18,14 @@ pub mod watch;
 /// the ledger (`--cluster`); `None`: the lab as a whole.
 pub type ClusterScope<'a> = Option<&'a str>;
 
-/// What a read needs of the rows: the figures of `allot usage` are sums per
-/// budget, which add up across clusters; a report or a replay follows jobs,
-/// whose ids repeat across clusters, so it is of one cluster.
+/// Whether a command can show the lab as a whole: `usage`, `report`, `why`
+/// and `budget show` can (sums per budget add up across clusters, and jobs
+/// are told apart by their cluster); the page and a replay follow one
+/// cluster's queue, in that cluster's order.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum Reads {
-    SumsPerBudget,
-    Jobs,
+    LabOrCluster,
+    OneCluster,
 }
 
 /// Opens `ledger` for reading, scoped to `cluster`. A cluster the ledger has
@@ -41,7 +42,7 @@ pub fn open_reader(ledger: &allot_ledger::Location, cluster: ClusterScope<'_>, r
             Err(anyhow::anyhow!("the ledger {ledger} has no cluster '{c}' (`{choose}`); it has {has}"))
         }
         Some(_) => Ok(l.for_cluster(cluster)?),
-        None if reads == Reads::Jobs && known.len() > 1 => Err(anyhow::anyhow!(
+        None if reads == Reads::OneCluster && known.len() > 1 => Err(anyhow::anyhow!(
             "the ledger {ledger} holds several clusters ({}), whose job ids repeat: say which with `{choose}`",
             known.iter().map(|c| if c.is_empty() { "(unnamed)" } else { c.as_str() }).collect::<Vec<_>>().join(", ")
         )),

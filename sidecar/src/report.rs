@@ -30,7 +30,7 @@ fn hours(gpu_seconds: f64) -> String {
 /// `allot usage [--window D]`: GPU-hours charged per leaf over the window
 /// ending now, against each leaf's allocation.
 pub fn usage(ledger: &Location, cluster: crate::ClusterScope<'_>, window: Option<&str>, now: i64) -> anyhow::Result<()> {
-    let l = crate::open_reader(ledger, cluster, crate::Reads::SumsPerBudget, "allot usage --cluster NAME")?;
+    let l = crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot usage --cluster NAME")?;
     let (version, tree) = current_tree(&l)?;
     let window = match window {
         Some(w) => parse_duration(w).map_err(|e| anyhow!("--window: {e}"))?,
@@ -88,7 +88,7 @@ pub fn usage(ledger: &Location, cluster: crate::ClusterScope<'_>, window: Option
 /// `allot why JOB`: the job's contract, runs and events, and where its leaf
 /// stands in the fair-share order, level by level.
 pub fn why(ledger: &Location, cluster: crate::ClusterScope<'_>, job: u32) -> anyhow::Result<()> {
-    print!("{}", why_text(&crate::open_reader(ledger, cluster, crate::Reads::SumsPerBudget, "allot why JOB --cluster NAME")?, job)?);
+    print!("{}", why_text(&crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot why JOB --cluster NAME")?, job)?);
     Ok(())
 }
 

@@ -109,7 +109,7 @@ impl Site {
 
     /// The ledger, as the cluster shown.
     fn open(&self) -> anyhow::Result<Ledger> {
-        crate::open_reader(&self.ledger, self.cluster.as_deref(), crate::Reads::Jobs, "allot serve --cluster NAME")
+        crate::open_reader(&self.ledger, self.cluster.as_deref(), crate::Reads::OneCluster, "allot serve --cluster NAME")
     }
 
     fn report(&self, now: i64) -> anyhow::Result<(Ledger, ClusterReport, Timelines)> {
@@ -273,7 +273,7 @@ impl Site {
 pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
     let since = crate::cluster_report::parse_since(since)?;
     // Fail early on a ledger that cannot be read at all.
-    drop(crate::open_reader(ledger, cluster, crate::Reads::Jobs, "allot serve --cluster NAME")?);
+    drop(crate::open_reader(ledger, cluster, crate::Reads::OneCluster, "allot serve --cluster NAME")?);
     let (font, font_problem) = match plot::load_font(font) {
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(e.to_string())),

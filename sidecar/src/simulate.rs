@@ -375,7 +375,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     // From the ledger: its jobs, its budget, and what actually happened.
     let from_ledger = if a.from_ledger {
         let inv = allot_cli::identity::Invocation::resolve(a.ledger.as_deref())?;
-        let l = allot_cli::open_reader(&inv.ledger, a.from_cluster.as_deref(), allot_cli::Reads::Jobs, "allot simulate --from-ledger --from-cluster NAME")?;
+        let l = allot_cli::open_reader(&inv.ledger, a.from_cluster.as_deref(), allot_cli::Reads::OneCluster, "allot simulate --from-ledger --from-cluster NAME")?;
         let since = allot_cli::cluster_report::parse_since(a.since.as_deref())?;
         let lw = allot_cli::cluster_report::ledger_workload(&l, since, allot_cli::now())?;
         for (why, n) in &lw.left_out {

@@ -332,3 +332,33 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
         assert!(!out.status.success() && said.contains("--since 0: give a span longer than 0"), "{args:?}: {said}");
     }
 }
+
+/// Two clusters of a lab both have a job 1: the lab's report keeps them
+/// apart (alpha's waited 100 s, beta's 600 s), and each cluster's report
+/// has its own.
+#[test]
+fn a_lab_report_tells_apart_two_clusters_jobs_of_one_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(dir.path().join("ledger.db")).unwrap();
+    // No `gpus`: each cluster's plugins count their own (4 each).
+    let budget = BUDGET.replace("gpus = 4\n", "");
+    let tree = BudgetTree::parse(&budget).unwrap();
+    l.sync_budget(&budget, &tree, "admin", "b.toml", T0 - 5000).unwrap();
+    for (cluster, leaf, submit, start) in [("alpha", "p/a", -100, 0), ("beta", "b", 500, 1100)] {
+        let mut c = Ledger::open(dir.path().join("ledger.db")).unwrap().for_cluster(Some(cluster)).unwrap();
+        c.record_period(&Period {
+            runs: vec![run(T0, 1, leaf, 2, (start, Some(3600)), true, Some("completed"))],
+            contracts: vec![contract(T0, 1, leaf, submit, 600, 2, true)],
+            job_ends: vec![JobEnd { job_id: 1, at: T0 + 3600 }],
+            demand: vec![demand(T0, leaf, -200, 2, 0, 0)],
+            snapshot: Some(allot_ledger::UsageSnapshot { computed_at: T0 + 3600, budget_version: 1, capacity_gpus: 4, leaves: vec![] }),
+            ..Default::default()
+        })
+        .unwrap();
+    }
+    let lab = compute(&Ledger::open_read_only(dir.path().join("ledger.db")).unwrap(), 7200, T0 + 3600).unwrap();
+    assert_eq!((lab.jobs, lab.jobs_started, lab.jobs_completed, lab.gpus), (2, 2, 2, 8));
+    assert_eq!((lab.wait_p50_s, lab.wait_p90_s), (100, 600), "each job's wait from its own cluster's runs");
+    let beta = compute(&Ledger::open_read_only(dir.path().join("ledger.db")).unwrap().for_cluster(Some("beta")).unwrap(), 7200, T0 + 3600).unwrap();
+    assert_eq!((beta.jobs, beta.wait_p90_s, beta.gpus), (1, 600, 4));
+}

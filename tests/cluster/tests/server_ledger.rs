@@ -219,10 +219,17 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert!(!ok && why.contains("job 1 is on clusters alpha, beta") && why.contains("--cluster"), "{why}");
     let (ok, why) = said(alpha.allot(&["why", "1", "--cluster", "beta"]));
     assert!(ok && why.contains("user bob") && !why.contains("user alice"), "{why}");
-    let (ok, report) = said(alpha.allot(&["report"]));
-    assert!(!ok && report.contains("several clusters (alpha, beta)") && report.contains("allot report --cluster NAME"), "{report}");
-    let (ok, report) = said(alpha.allot(&["report", "--cluster", "alpha"]));
-    assert!(ok, "{report}");
+    let json = |args: &[&str]| -> serde_json::Value {
+        let (ok, out) = said(alpha.allot(args));
+        assert!(ok, "{args:?}: {out}");
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
+    };
+    let lab_report = json(&["report", "--json", "-"]);
+    assert_eq!((lab_report["jobs"].as_u64(), lab_report["jobs_started"].as_u64(), lab_report["gpus"].as_u64()), (Some(3), Some(3), Some(64)), "the lab's report: both clusters' jobs");
+    let alpha_report = json(&["report", "--json", "-", "--cluster", "alpha"]);
+    assert_eq!((alpha_report["jobs"].as_u64(), alpha_report["gpus"].as_u64()), (Some(2), Some(32)));
+    let (ok, page) = said(alpha.allot(&["serve", "--listen", "127.0.0.1:0"]));
+    assert!(!ok && page.contains("several clusters (alpha, beta)") && page.contains("allot serve --cluster NAME"), "the page follows one cluster's queue: {page}");
     let (ok, unknown) = said(alpha.allot(&["usage", "--cluster", "gamma"]));
     assert!(!ok && unknown.contains("no cluster 'gamma'") && unknown.contains("clusters alpha, beta"), "{unknown}");
 
