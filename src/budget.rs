@@ -887,6 +887,24 @@ impl BudgetTree {
             open_leaves: Vec::new(),
         };
         tree.index(&mut p, top);
+        // Each cluster's own shares keep the least effective share too.
+        if p.errors.is_empty() {
+            for cluster in tree.named_clusters() {
+                let view = tree.for_cluster(Some(&cluster));
+                for (id, node) in view.nodes.iter().enumerate().skip(1) {
+                    if node.share > 0.0 && node.effective_share < MIN_EFFECTIVE_SHARE {
+                        p.errors.push(BudgetError {
+                            line: p.share_lines.get(id).copied().flatten().or(Some(node.line)),
+                            field: format!("budget.{}.cluster_shares", node.path.replace('/', ".")),
+                            message: format!(
+                                "on cluster {cluster}, the node's effective share is {}, below the least allowed, 1e-12: give it and its siblings shares of more similar sizes there",
+                                rounded(node.effective_share)
+                            ),
+                        });
+                    }
+                }
+            }
+        }
         if p.errors.is_empty() {
             Ok(tree)
         } else {
@@ -932,6 +950,16 @@ impl BudgetTree {
                 n.share = 0.0;
             }
         }
+        // A node none of whose children is funded here is not either:
+        // its share would be owed to nobody. (Children come after their
+        // parent: backwards is bottom-up.)
+        for id in (0..tree.nodes.len()).rev() {
+            let children = &tree.nodes[id].children;
+            if !children.is_empty() && children.iter().all(|&c| tree.nodes[c as usize].share == 0.0) {
+                tree.nodes[id].share = 0.0;
+            }
+        }
+        tree.nodes[0].share = 1.0;
         tree.compute_effective_shares();
         tree
     }
@@ -1665,6 +1693,11 @@ members = ["*"]
         let (a, b) = (beta.node(beta.find("vision/a").unwrap()).leaf.unwrap(), beta.node(beta.find("vision/b").unwrap()).leaf.unwrap());
         assert!(r.leaf_rank[b as usize] > r.leaf_rank[a as usize], "{:?}", r.leaf_rank);
         // A change of funding is the parent's owners' to make, like a share.
+        // A node none of whose children is funded on a cluster is not either:
+        // its siblings share that cluster's GPUs.
+        let only_alpha = BudgetTree::parse(&text.replace("accounts = [\"a\"]\n", "accounts = [\"a\"]\nclusters = [\"alpha\"]\n")).unwrap();
+        let beta_only_nlp = only_alpha.for_cluster(Some("beta"));
+        assert_eq!((eff(&beta_only_nlp, "vision"), eff(&beta_only_nlp, "nlp")), (0.0, 1.0));
         let edited = BudgetTree::parse(&text.replace("clusters = [\"Alpha\"]", "clusters = [\"alpha\", \"beta\"]")).unwrap();
         let changes = edited.diff(&t);
         assert_eq!(changes.iter().map(|c| c.to_string()).collect::<Vec<_>>(), vec!["~ vision/b funded on alpha -> on alpha, beta"]);
@@ -1685,6 +1718,10 @@ members = ["*"]
         assert!(e.iter().any(|(_, f, m)| f == "budget.x.cluster_shares.alpha" && m.contains("positive number")), "{e:?}");
         let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\nclusters = []\n");
         assert!(e[0].2.contains("funds the node on no cluster"), "{e:?}");
+        // Each cluster's shares keep the least effective share.
+        let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\ncluster_shares = { beta = 1e-15 }\n[budget.y]\nshare = 1\naccounts = [\"y\"]\n");
+        assert_eq!((e.len(), e[0].1.as_str()), (1, "budget.x.cluster_shares"), "{e:?}");
+        assert!(e[0].2.contains("on cluster beta") && e[0].2.contains("below the least allowed"), "{e:?}");
         let e = got("[budget]\n[budget.x]\nshare = 1\naccounts = [\"x\"]\ncluster_shares = 3\n");
         assert!(e[0].2.contains("cluster_shares = { beta = 3 }"), "{e:?}");
     }

@@ -724,6 +724,18 @@ impl Ledger {
         })
     }
 
+    /// How many runs, contracts and snapshots belong to no cluster (written
+    /// before schema 4, or by an unscoped writer).
+    pub fn unclustered_rows(&self) -> Result<u64> {
+        self.read(|c| {
+            let row = c.row(
+                "SELECT (SELECT COUNT(*) FROM runs WHERE cluster = '') + (SELECT COUNT(*) FROM contracts WHERE cluster = '') + (SELECT COUNT(*) FROM usage_snapshot_meta WHERE cluster = '')",
+                &[],
+            )?;
+            row.map_or(Ok(0), |r| r.get::<i64>(0)).map(|n| n.max(0) as u64)
+        })
+    }
+
     /// Makes the rows of no cluster (written before schema 4, when the
     /// ledger served one cluster) this connection's cluster's, in one
     /// write; returns how many rows it adopted. Nothing for an unscoped

@@ -28,6 +28,16 @@ pub enum LedgerCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Make the runs, contracts, events and usage written before clusters
+    /// were named (a ledger of one cluster, allot's schema 3 or older) the
+    /// named cluster's: on a server ledger that several clusters share, the
+    /// cluster that wrote them claims them (a file ledger's plugins do it
+    /// themselves).
+    Adopt {
+        /// The cluster that wrote them (its slurm.conf ClusterName).
+        #[arg(long, value_name = "NAME")]
+        cluster: String,
+    },
 }
 
 pub fn run(cmd: LedgerCommand, inv: &Invocation, now: i64) -> anyhow::Result<()> {
@@ -37,7 +47,22 @@ pub fn run(cmd: LedgerCommand, inv: &Invocation, now: i64) -> anyhow::Result<()>
             server => check_server(server),
         },
         LedgerCommand::Recover { force } => recover(inv, force, now),
+        LedgerCommand::Adopt { cluster } => adopt(inv, &cluster),
     }
+}
+
+/// `allot ledger adopt --cluster NAME`.
+fn adopt(inv: &Invocation, cluster: &str) -> anyhow::Result<()> {
+    inv.require_admin("give the ledger's unnamed rows to a cluster")?;
+    let mut l = allot_ledger::Ledger::connect(&inv.ledger, true)?.for_cluster(Some(&cluster.to_lowercase()))?;
+    let unnamed = l.unclustered_rows()?;
+    if unnamed == 0 {
+        println!("{}: no rows without a cluster: nothing to adopt", inv.ledger);
+        return Ok(());
+    }
+    let adopted = l.adopt_unclustered()?;
+    println!("{}: {adopted} rows written before clusters were named are now cluster {}'s", inv.ledger, cluster.to_lowercase());
+    Ok(())
 }
 
 /// What is wrong with the ledger at `path`, and what to do about it.

@@ -83,7 +83,7 @@ enum Command {
         #[arg(long, default_value = allot_sim::plot::DEFAULT_FONT)]
         font: PathBuf,
         /// When several clusters share the ledger: the one (its Slurm
-        /// ClusterName) to show. Default: the lab as a whole when the ledger has one cluster; a report follows jobs, whose ids repeat across clusters, so with several it asks which.
+        /// ClusterName) to show. Default: the lab as a whole: every cluster's GPUs and jobs together, a job known by its cluster and number.
         #[arg(long, value_name = "NAME")]
         cluster: Option<String>,
     },

@@ -88,7 +88,16 @@ pub fn usage(ledger: &Location, cluster: crate::ClusterScope<'_>, window: Option
 /// `allot why JOB`: the job's contract, runs and events, and where its leaf
 /// stands in the fair-share order, level by level.
 pub fn why(ledger: &Location, cluster: crate::ClusterScope<'_>, job: u32) -> anyhow::Result<()> {
-    print!("{}", why_text(&crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot why JOB --cluster NAME")?, job)?);
+    let mut l = crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot why JOB --cluster NAME")?;
+    // The job's own cluster's view (its shares and usage), when one cluster has it.
+    if l.cluster().is_none() {
+        if let [only] = l.clusters_of_job(job)?.as_slice() {
+            if !only.is_empty() {
+                l.set_cluster(Some(&only.clone()))?;
+            }
+        }
+    }
+    print!("{}", why_text(&l, job)?);
     Ok(())
 }
 

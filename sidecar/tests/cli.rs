@@ -658,3 +658,22 @@ fn associations_are_printed_for_anyone_and_applied_by_admins_only() {
         assert!(text(&out).contains("tomas may not change Slurm's associations: only an admin"), "{}", text(&out));
     }
 }
+
+/// A ledger from before clusters were named: `allot ledger adopt` gives its
+/// rows to the cluster that wrote them, once.
+#[test]
+fn ledger_adopt_gives_unnamed_rows_to_a_cluster() {
+    let s = Scratch::new();
+    let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
+    assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
+    let run = allot_ledger::RunRow { job_id: 7, run_start: 100, run_end: Some(200), leaf: Some("vision/detection/tracking".into()), account: Some("tracking".into()), user: Some("tomas".into()), gpus: 2, allocated: true, end_reason: Some("completed".into()) };
+    Ledger::open(s.ledger()).unwrap().record_period(&allot_ledger::Period { runs: vec![allot_ledger::RunUpdate::Open(run)], ..Default::default() }).unwrap();
+    assert_eq!(Ledger::open_read_only(s.ledger()).unwrap().clusters().unwrap(), vec![String::new()]);
+    let out = s.run(&["ledger", "adopt", "--cluster", "Alpha"]);
+    assert!(out.status.success() && text(&out).contains("1 rows written before clusters were named are now cluster alpha's"), "{}", text(&out));
+    let l = Ledger::open_read_only(s.ledger()).unwrap();
+    assert_eq!((l.clusters().unwrap(), l.unclustered_rows().unwrap()), (vec!["alpha".to_owned()], 0));
+    assert_eq!(l.for_cluster(Some("alpha")).unwrap().runs_of_job(7).unwrap().len(), 1);
+    let again = s.run(&["ledger", "adopt", "--cluster", "beta"]);
+    assert!(again.status.success() && text(&again).contains("nothing to adopt"), "{}", text(&again));
+}

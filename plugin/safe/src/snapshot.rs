@@ -152,14 +152,29 @@ impl LedgerFile {
         LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: true, open: None, generation: 0 }
     }
 
-    /// A new connection, scoped to this file's cluster (and, for a writer,
-    /// with the unnamed rows adopted).
+    /// A new connection, scoped to this file's cluster. A writer on a file
+    /// ledger (one controller host, so one cluster) adopts the rows
+    /// written before clusters were named; on a server, which several
+    /// clusters may share, which cluster wrote them is for an admin to say
+    /// (`allot ledger adopt --cluster NAME`), and the writer says so.
     fn scoped(&self, mut ledger: Ledger) -> Result<Ledger, String> {
         ledger.set_cluster(self.cluster.as_deref()).map_err(|e| e.to_string())?;
-        if self.writable {
+        if !self.writable || self.cluster.is_none() {
+            return Ok(ledger);
+        }
+        let cluster = self.cluster.as_deref().unwrap_or("");
+        if self.location.is_server() {
+            let unnamed = ledger.unclustered_rows().map_err(|e| e.to_string())?;
+            if unnamed > 0 {
+                log::error!(
+                    "ledger {}: {unnamed} runs, contracts and snapshots were written before clusters were named and count for no cluster; if cluster {cluster} wrote them, run `allot ledger adopt --cluster {cluster}` (as an admin)",
+                    self.location
+                );
+            }
+        } else {
             let adopted = ledger.adopt_unclustered().map_err(|e| e.to_string())?;
             if adopted > 0 {
-                log::info!("ledger {}: {adopted} rows written before clusters were named are now cluster {}'s", self.location, self.cluster.as_deref().unwrap_or(""));
+                log::info!("ledger {}: {adopted} rows written before clusters were named are now cluster {cluster}'s", self.location);
             }
         }
         Ok(ledger)
