@@ -89,7 +89,15 @@ pub fn usage(ledger: &Location, cluster: crate::ClusterScope<'_>, window: Option
 /// stands in the fair-share order, level by level.
 pub fn why(ledger: &Location, cluster: crate::ClusterScope<'_>, job: u32) -> anyhow::Result<()> {
     let mut l = crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot why JOB --cluster NAME")?;
-    // The job's own cluster's view (its shares and usage), when one cluster has it.
+    scope_to_the_job(&mut l, job)?;
+    print!("{}", why_text(&l, job)?);
+    Ok(())
+}
+
+/// A lab's reader becomes that of the job's cluster, when one cluster has
+/// a job of that number: `why` explains the job with its own cluster's
+/// shares and usage. (With two, [`why_text`] asks which.)
+pub fn scope_to_the_job(l: &mut Ledger, job: u32) -> anyhow::Result<()> {
     if l.cluster().is_none() {
         if let [only] = l.clusters_of_job(job)?.as_slice() {
             if !only.is_empty() {
@@ -97,7 +105,6 @@ pub fn why(ledger: &Location, cluster: crate::ClusterScope<'_>, job: u32) -> any
             }
         }
     }
-    print!("{}", why_text(&l, job)?);
     Ok(())
 }
 

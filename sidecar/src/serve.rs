@@ -34,7 +34,8 @@ use crate::cluster_report::{compute_with_timelines, draw_queue, draw_shares, que
 /// What `allot serve` serves.
 pub struct Site {
     pub ledger: Location,
-    /// The cluster shown (`--cluster`); `None`: the ledger's only one.
+    /// The cluster shown by default (`--cluster`; a page's `?cluster=NAME`
+    /// shows another); `None`: the lab, every cluster of the ledger.
     pub cluster: Option<String>,
     /// The span of the figures, seconds before now.
     pub since: i64,
@@ -97,37 +98,67 @@ impl Site {
     /// Answers one request for `url` (path and query) at time `now`.
     pub fn answer(&self, url: &str, now: i64) -> Page {
         let (path, query) = url.split_once('?').unwrap_or((url, ""));
+        // `?cluster=NAME`: one cluster of a ledger that several share.
+        let asked = query.split('&').find_map(|kv| kv.strip_prefix("cluster="));
+        if let Some(c) = asked.filter(|c| c.is_empty() || !c.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')) {
+            return Page::text(400, format!("cluster={c}: a cluster name is letters, digits, '_' and '-'\n"));
+        }
+        let cluster = asked.or(self.cluster.as_deref());
         let result = match path {
-            "/" => self.front(now),
-            "/why" => self.why(query),
-            "/shares.png" | "/queue.png" => self.picture(path, now),
-            "/metrics" => self.metrics(now),
+            "/" => self.front(now, cluster),
+            "/why" => self.why(query, cluster),
+            "/shares.png" | "/queue.png" => self.picture(path, now, cluster),
+            "/metrics" => self.metrics(now, cluster),
             _ => return Page::text(404, format!("no page {path}: try / or /metrics\n")),
         };
         result.unwrap_or_else(|e| Page::html(500, shell("allot: error", html! { h1 { "allot could not read the ledger" } pre { (format!("{e:#}")) } })))
     }
 
-    /// The ledger, as the cluster shown.
-    fn open(&self) -> anyhow::Result<Ledger> {
-        crate::open_reader(&self.ledger, self.cluster.as_deref(), crate::Reads::OneCluster, "allot serve --cluster NAME")
+    /// The ledger, as `cluster` (`None`: the lab).
+    fn open(&self, cluster: Option<&str>) -> anyhow::Result<Ledger> {
+        crate::open_reader(&self.ledger, cluster, crate::Reads::LabOrCluster, "/?cluster=NAME")
     }
 
-    fn report(&self, now: i64) -> anyhow::Result<(Ledger, ClusterReport, Timelines)> {
-        let l = self.open()?;
+    /// The clusters to link to when the page shows the lab of several (each
+    /// orders its own queue); empty for one cluster's page.
+    fn lab_of(l: &Ledger) -> anyhow::Result<Vec<String>> {
+        if l.cluster().is_some() {
+            return Ok(Vec::new());
+        }
+        let named: Vec<String> = l.clusters()?.into_iter().filter(|c| !c.is_empty()).collect();
+        Ok(if named.len() > 1 { named } else { Vec::new() })
+    }
+
+    fn report(&self, now: i64, cluster: Option<&str>) -> anyhow::Result<(Ledger, ClusterReport, Timelines)> {
+        let l = self.open(cluster)?;
         let (report, timelines) = compute_with_timelines(&l, self.since, now)?;
         Ok((l, report, timelines))
     }
 
-    fn front(&self, now: i64) -> anyhow::Result<Page> {
-        let (l, r, t) = self.report(now)?;
+    fn front(&self, now: i64, cluster: Option<&str>) -> anyhow::Result<Page> {
+        let (l, r, t) = self.report(now, cluster)?;
         let tree = &t.tree;
         let snapshot = l.ranked_usage(tree)?;
         let ranking = snapshot.as_ref().map(|s| s.ranking(tree));
+        let lab = Self::lab_of(&l)?;
         let QueueView { rows: queue, more, .. } = queue_rows(&l, tree)?;
+        // Links within this page's cluster.
+        let here = |path: &str| match l.cluster().filter(|_| cluster.is_some()) {
+            Some(c) => format!("{path}{}cluster={c}", if path.contains('?') { "&" } else { "?" }),
+            None => path.to_owned(),
+        };
+        let title = match (l.cluster(), lab.is_empty()) {
+            (Some(c), _) => format!("allot: cluster {c}, "),
+            (None, false) => format!("allot: the lab ({}), ", lab.join(", ")),
+            (None, true) => "allot: ".to_owned(),
+        };
         let ranked_at = snapshot.as_ref().map_or("Not ranked yet".to_owned(), |s| format!("In the order of the plugins' ranking at {}", crate::format_time(s.computed_at)));
         let ranked = snapshot.as_ref().map_or("the plugins have not ranked the budgets yet".to_owned(), |s| format!("ranked by the plugins at {}", crate::format_time(s.computed_at)));
         let body = html! {
-            h1 { "allot: " (r.gpus) " GPUs, budget version " (r.budget_version) }
+            h1 { (title) (r.gpus) " GPUs, budget version " (r.budget_version) }
+            @if !lab.is_empty() {
+                p { "Each cluster orders its own queue: " @for c in &lab { a href=(format!("/?cluster={c}")) { (c) } " " } }
+            }
             p { "From " (crate::format_time(r.from)) " to " (crate::format_time(r.to)) " (" (human(r.span_seconds)) "), ledger " code { (r.ledger) } "; " (ranked) "." }
             p.figures {
                 span { "occupancy " b { (format!("{:.1}%", 100.0 * r.occupancy)) } }
@@ -164,13 +195,16 @@ impl Site {
                 }
             }
             h2 id="queue" { "Waiting jobs" }
+            @if !lab.is_empty() {
+                p { "Each cluster orders its own: " @for c in &lab { a href=(format!("/?cluster={c}#queue")) { (c) } " " } }
+            } @else {
             p { (ranked_at) ". First to start at the top: allocated jobs first, then by budget, level by level, then declared priority, then submission." }
             @if queue.is_empty() { p { "No job is waiting." } } @else {
                 table {
                     tr { th { "job" } th colspan="4" { "its budget's standing, level by level" } }
                     @for (job, row) in &queue {
                         tr {
-                            td { a href=(format!("/why?job={job}")) { (row.label) } }
+                            td { a href=(here(&format!("/why?job={job}"))) { (row.label) } }
                             @for s in &row.levels {
                                 td class=(standing_class(s.ratio)) { (s.name) " " (plot::ratio_text(s.ratio)) " (" (s.sibling_rank + 1) " of " (s.siblings) ")" }
                             }
@@ -179,29 +213,37 @@ impl Site {
                 }
                 @if more > 0 { p { "... and " (more) " more." } }
             }
+            }
             h2 id="why" { "Why is a job where it is?" }
-            form action="/why" method="get" { "Job " input type="number" name="job" min="1" required; " " button type="submit" { "explain" } }
+            form action="/why" method="get" {
+                "Job " input type="number" name="job" min="1" required; " "
+                @if let (Some(c), Some(_)) = (l.cluster(), cluster) { input type="hidden" name="cluster" value=(c); }
+                button type="submit" { "explain" }
+            }
             h2 id="pictures" { "Pictures" }
             @match &self.font_problem {
                 Some(problem) => p { "No pictures: " (problem) }
                 None => {
-                    p { img src="/shares.png" alt="each budget leaf's GPUs held against what it was owed and its share"; }
-                    p { img src="/queue.png" alt="the waiting jobs in allot's order with their budgets' standing"; }
+                    p { img src=(here("/shares.png")) alt="each budget leaf's GPUs held against what it was owed and its share"; }
+                    @if lab.is_empty() {
+                        p { img src=(here("/queue.png")) alt="the waiting jobs in allot's order with their budgets' standing"; }
+                    }
                 }
             }
             @for w in &r.warnings { p { "Note: " (w) } }
-            p { a href="/metrics" { "/metrics" } " (Prometheus)" }
+            p { a href=(here("/metrics")) { "/metrics" } " (Prometheus)" }
         };
         Ok(Page::html(200, shell("allot", body)))
     }
 
-    fn why(&self, query: &str) -> anyhow::Result<Page> {
+    fn why(&self, query: &str, cluster: Option<&str>) -> anyhow::Result<Page> {
         let job = query.split('&').find_map(|kv| kv.strip_prefix("job=")).unwrap_or("");
         let back = html! { p { a href="/" { "back to the cluster" } } };
         let Ok(id) = job.trim().parse::<u32>() else {
             return Ok(Page::html(400, shell("allot why", html! { h1 { "allot why" } p { "Give a job number: " code { "/why?job=42" } } (back) })));
         };
-        let l = self.open()?;
+        let mut l = self.open(cluster)?;
+        crate::report::scope_to_the_job(&mut l, id)?;
         let (status, text) = match crate::report::why_text(&l, id) {
             Ok(text) => (200, text),
             Err(e) => (404, format!("{e:#}")),
@@ -209,19 +251,22 @@ impl Site {
         Ok(Page::html(status, shell(&format!("allot why {id}"), html! { h1 { "allot why " (id) } pre { (text) } (back) })))
     }
 
-    fn picture(&self, path: &str, now: i64) -> anyhow::Result<Page> {
+    fn picture(&self, path: &str, now: i64, cluster: Option<&str>) -> anyhow::Result<Page> {
         let Some(font) = &self.font else {
             return Ok(Page::text(503, format!("no pictures: {}\n", self.font_problem.as_deref().unwrap_or("no font"))));
         };
-        let (l, r, t) = self.report(now)?;
+        let (l, r, t) = self.report(now, cluster)?;
+        if path == "/queue.png" && !Self::lab_of(&l)?.is_empty() {
+            return Ok(Page::text(404, "each cluster orders its own queue: /queue.png?cluster=NAME\n".to_owned()));
+        }
         let dir = tempfile::tempdir().context("a temporary directory for the picture")?;
         let file = if path == "/shares.png" { draw_shares(dir.path(), font, &r, &t, None)? } else { draw_queue(dir.path(), font, &l, &t.tree)? };
         let body = std::fs::read(&file).with_context(|| format!("reading {}", file.display()))?;
         Ok(Page { status: 200, content_type: "image/png", body })
     }
 
-    fn metrics(&self, now: i64) -> anyhow::Result<Page> {
-        let (l, r, t) = self.report(now)?;
+    fn metrics(&self, now: i64, cluster: Option<&str>) -> anyhow::Result<Page> {
+        let (l, r, t) = self.report(now, cluster)?;
         let mut registry = Registry::default();
         let per_budget = |registry: &mut Registry, name: &str, help: &str, value: &dyn Fn(&crate::cluster_report::NodeStats) -> f64| {
             let family = Family::<Vec<(String, String)>, Gauge<f64, AtomicU64>>::default();
@@ -273,7 +318,7 @@ impl Site {
 pub fn run(ledger: &Location, cluster: crate::ClusterScope<'_>, listen: &str, since: Option<&str>, font: &Path) -> anyhow::Result<()> {
     let since = crate::cluster_report::parse_since(since)?;
     // Fail early on a ledger that cannot be read at all.
-    drop(crate::open_reader(ledger, cluster, crate::Reads::OneCluster, "allot serve --cluster NAME")?);
+    drop(crate::open_reader(ledger, cluster, crate::Reads::LabOrCluster, "allot serve --cluster NAME")?);
     let (font, font_problem) = match plot::load_font(font) {
         Ok(f) => (Some(f), None),
         Err(e) => (None, Some(e.to_string())),

@@ -228,8 +228,32 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert_eq!((lab_report["jobs"].as_u64(), lab_report["jobs_started"].as_u64(), lab_report["gpus"].as_u64()), (Some(3), Some(3), Some(64)), "the lab's report: both clusters' jobs");
     let alpha_report = json(&["report", "--json", "-", "--cluster", "alpha"]);
     assert_eq!((alpha_report["jobs"].as_u64(), alpha_report["gpus"].as_u64()), (Some(2), Some(32)));
-    let (ok, page) = said(alpha.allot(&["serve", "--listen", "127.0.0.1:0"]));
-    assert!(!ok && page.contains("several clusters (alpha, beta)") && page.contains("allot serve --cluster NAME"), "the page follows one cluster's queue: {page}");
+    // The page: the lab, with a link to each cluster's queue; a cluster's own.
+    let (lab_page, beta_page, why_page) = {
+        let mut serve = std::process::Command::new(allot_cluster_tests::target_release().join("allot"))
+            .args(["--ledger", &alpha.ledger_location().to_string(), "serve", "--listen", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(serve.stdout.take().unwrap()), &mut first).unwrap();
+        let addr = first.split("http://").nth(1).and_then(|r| r.split('/').next()).unwrap_or_else(|| panic!("allot serve said: {first}")).to_owned();
+        let get = |path: &str| {
+            use std::io::{Read, Write};
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            write!(c, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+            let mut body = String::new();
+            c.read_to_string(&mut body).unwrap();
+            body
+        };
+        let pages = (get("/"), get("/?cluster=beta"), get("/why?job=1&cluster=beta"));
+        let _ = serve.kill();
+        let _ = serve.wait();
+        pages
+    };
+    assert!(lab_page.contains("the lab (alpha, beta), 64 GPUs") && lab_page.contains("href=\"/?cluster=beta#queue\""), "{lab_page}");
+    assert!(beta_page.contains("cluster beta, 32 GPUs") && beta_page.contains("No job is waiting"), "{beta_page}");
+    assert!(why_page.contains("user bob") && !why_page.contains("user alice"), "{why_page}");
     let (ok, unknown) = said(alpha.allot(&["usage", "--cluster", "gamma"]));
     assert!(!ok && unknown.contains("no cluster 'gamma'") && unknown.contains("clusters alpha, beta"), "{unknown}");
 
