@@ -31,7 +31,7 @@ use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
 use allot_ledger::{Location, ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
-use allot_slurm::policy::{contract_of, contract_of_comment, leaf_of, pending_job, running_job};
+use allot_slurm::policy::{contract_held, contract_of, contract_of_comment, leaf_of, pending_job, running_job};
 use allot_slurm::last_good::LastGood;
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
@@ -591,8 +591,9 @@ impl Worker {
                 let detail = format!("after {} s of its run (the run ended {})", e.preempt_time - e.run_start, e.state.as_str());
                 preempting.push((e.job_id, e.preempt_time, detail));
             }
-            let contract = contract_of_comment(e.comment.as_deref(), rules);
-            let leaf = e.account.as_deref().and_then(|a| tree.charged_leaf_of_account(a)).map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
+            let leaf_id = e.account.as_deref().and_then(|a| tree.charged_leaf_of_account(a));
+            let contract = contract_held(contract_of_comment(e.comment.as_deref(), rules), leaf_id, tree);
+            let leaf = leaf_id.map(|l| Arc::from(tree.leaf_node(l).path.as_str()));
             let user = self.names.of(e.user_id);
             book.run_ended(
                 Ended {

@@ -24,6 +24,18 @@ pub fn contract_of_comment(comment: Option<&str>, rules: ContractRules) -> Contr
     })
 }
 
+/// The contract a job holds on this cluster: the one it declared, but
+/// unallocated (free, preemptible at any time) when its budget is not funded
+/// here (`clusters = [...]`, [`BudgetTree::for_cluster`]): job_submit refuses
+/// such allocated jobs, and one accepted before the budget lost its funding
+/// here must not wait, start, stay protected or be charged as allocated.
+pub fn contract_held(declared: Contract, leaf: Option<LeafId>, tree: &BudgetTree) -> Contract {
+    match leaf {
+        Some(l) if declared.is_allocated() && !tree.is_funded(tree.leaves[l as usize]) => Contract { min_runtime: 0, ..declared },
+        _ => declared,
+    }
+}
+
 /// The leaf the job charges, from its account (None: outside the tree).
 pub fn leaf_of(job: &Job<'_>, tree: &BudgetTree) -> Option<LeafId> {
     job.account().and_then(|a| tree.charged_leaf_of_account(a))
@@ -31,16 +43,18 @@ pub fn leaf_of(job: &Job<'_>, tree: &BudgetTree) -> Option<LeafId> {
 
 pub fn pending_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Option<PendingJob> {
     let leaf = leaf_of(job, tree)?;
-    let contract = contract_of(job, rules);
+    let contract = contract_held(contract_of(job, rules), Some(leaf), tree);
     Some(PendingJob { job_id: job.id(), leaf, allocated: contract.is_allocated(), priority: contract.priority, submit_time: job.submit_time() })
 }
 
 pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> RunningJob {
-    RunningJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), run_start: job.start_time() }
+    let leaf = leaf_of(job, tree);
+    RunningJob { leaf, contract: contract_held(contract_of(job, rules), leaf, tree), run_start: job.start_time() }
 }
 
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
-    WaitingJob { leaf: leaf_of(job, tree), contract: contract_of(job, rules), gpus: job.units_requested_at_most(tree.settings.charge) }
+    let leaf = leaf_of(job, tree);
+    WaitingJob { leaf, contract: contract_held(contract_of(job, rules), leaf, tree), gpus: job.units_requested_at_most(tree.settings.charge) }
 }
 
 /// The budget's switchable preemption rules (`preempt_within_team`,

@@ -287,10 +287,17 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     // Per-cluster funding in the one budget file: teamb is funded on alpha
     // only, and `other` gets three times lab's share on beta.
     let funded = alpha.dir.join("funded.toml");
-    let text = BUDGET
+    let funded_text = BUDGET
         .replacen("[budget.lab.teamb]\n", "[budget.lab.teamb]\nclusters = [\"alpha\"]\n", 1)
         .replacen("[budget.other]\nshare = 1\n", "[budget.other]\nshare = 1\ncluster_shares = { beta = 3 }\n", 1);
-    std::fs::write(&funded, text).unwrap();
+    std::fs::write(&funded, funded_text).unwrap();
+    // Accepted before teamb loses its funding on beta, waiting on a full beta:
+    // teamb's allocated job, and teama's unallocated one behind it.
+    let blocker = beta.sbatch("carol", &["-N4", "--gres=gpu:8", "--comment=min_runtime=2m", &sleep_job(120)]).unwrap();
+    beta.wait_state(blocker, "RUNNING", secs(30));
+    let teamb_paid = beta.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap();
+    let teama_free = beta.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=0", &sleep_job(1)]).unwrap();
+    wait_ranked(&beta, "an allocated job ahead of an unallocated one", |c| c.job(teamb_paid).priority() > c.job(teama_free).priority());
     let (ok, sync) = said(alpha.allot(&["sync", funded.to_str().unwrap()]));
     assert!(ok && sync.contains("lab/teamb funded on every cluster -> on alpha") && sync.contains("other funded on every cluster -> on every cluster (beta: share 3)"), "{sync}");
     let percent_of = |shown: &str, node: &str| -> String {
@@ -302,6 +309,11 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert_eq!((percent_of(&shown, "teama"), percent_of(&shown, "teamb"), percent_of(&shown, "other")), ("25.00%".into(), "0.00%".into(), "75.00%".into()), "{shown}");
     let (ok, shown) = said(alpha.allot(&["budget", "show", "--cluster", "alpha"]));
     assert!(ok && percent_of(&shown, "teamb") == "25.00%" && shown.contains("[funded on alpha]"), "{shown}");
+    // Unfunded on beta, teamb's accepted job holds no allocation there: it
+    // waits as an unallocated job, behind teama's.
+    wait_ranked(&beta, "teamb's job waits as an unallocated one once teamb is unfunded on beta", |c| c.job(teama_free).priority() > c.job(teamb_paid).priority());
+    let cancel = beta.slurm(None, "scancel", &[&blocker.to_string(), &teamb_paid.to_string(), &teama_free.to_string()]);
+    assert!(cancel.status.success(), "scancel: {}", text(&cancel));
     // The plugins of beta take the new budget within their follow period.
     let mut refused = String::new();
     beta.wait_for("beta refuses teamb's allocated jobs", secs(30), || match beta.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]) {
