@@ -472,11 +472,31 @@ fn suggestion(word: &str, known: &[&str]) -> String {
 }
 
 fn valid_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    !name.is_empty() && name.len() <= MAX_NAME_CHARS && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
 fn valid_user(name: &str) -> bool {
-    !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c == '/' || c == ':' || c == ',')
+    !name.is_empty() && !name.chars().any(|c| c.is_whitespace() || c.is_control() || c == '/' || c == ':' || c == ',')
+}
+
+/// Longest account or user name the budget takes: Slurm's own names are far
+/// shorter, and a longer one would only break the tables that show it.
+pub const MAX_NAME_CHARS: usize = 255;
+
+/// Why `name` cannot be a Slurm account or user name in a budget's
+/// `accounts`, `owners` or `users` list, or `None` if it can. The one rule
+/// for budgets and the simulator's workload files (a workload's team is the
+/// account its budget leaf charges).
+pub fn account_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() {
+        Some("a name is empty".to_owned())
+    } else if name.chars().count() > MAX_NAME_CHARS {
+        Some(format!("a name of {} characters is longer than the {MAX_NAME_CHARS} a Slurm account or user name may have", name.chars().count()))
+    } else if !valid_user(name) {
+        Some(format!("'{}' is not a valid name (no spaces, line breaks, '/', ':' or ',')", name.escape_debug()))
+    } else {
+        None
+    }
 }
 
 struct Parser<'a> {
@@ -509,8 +529,10 @@ impl Parser<'_> {
         let mut out = Vec::new();
         for value in array.iter() {
             match value.as_str() {
-                Some(s) if valid_user(s) => out.push(s.to_owned()),
-                Some(s) => self.error(value.span().or(span.clone()), field, format!("'{s}' is not a valid name (no spaces, '/', ':' or ',')")),
+                Some(s) => match account_name_problem(s) {
+                    None => out.push(s.to_owned()),
+                    Some(problem) => self.error(value.span().or(span.clone()), field, problem),
+                },
                 None => self.error(value.span().or(span.clone()), field, "every entry must be a quoted string"),
             }
         }
@@ -783,6 +805,9 @@ impl Parser<'_> {
                     let child_path = if path.is_empty() { key.to_owned() } else { format!("{path}/{key}") };
                     let child = self.node(t, key, child_path, Some(id), depth + 1, key_span);
                     children.push(child);
+                }
+                Some(_) if key.len() > MAX_NAME_CHARS => {
+                    self.error(key_span, format!("{field}.{}...", key.chars().take(16).collect::<String>()), format!("a node name of {} characters is longer than the {MAX_NAME_CHARS} allowed", key.len()))
                 }
                 Some(_) => self.error(key_span, format!("{field}.{key}"), "node names may use only letters, digits, '_' and '-'"),
                 None if item.is_inline_table() => self.error(

@@ -267,3 +267,59 @@ fn jobs_refused_before_the_queue_are_said_once_and_a_run_of_nothing_fails() {
         "allot: nothing could be simulated: the one job of huge.csv is refused before it is queued:\n  1 job larger than the cluster's 16 GPUs (the largest wants 100); job 0",
     );
 }
+
+/// Names that once broke a run: a team with a line break, a space, or a
+/// cell longer than a table can print (the run panicked after simulating
+/// everything and the JSON was lost). Each is refused before the run, at
+/// its line and column.
+#[test]
+fn names_a_budget_or_a_table_cannot_take_are_refused_at_their_line_and_column() {
+    let s = Scratch::new();
+    let long = "x".repeat(70_000);
+    s.file(
+        "names.csv",
+        &format!(
+            "submit_s,gpus,runtime_s,team,user,kind\n\
+             0,1,60,a,u1,debug\n\
+             0,1,60,\"c\nd\",u1,debug\n\
+             0,1,60,a b,u1,debug\n\
+             0,1,60,{long},u1,debug\n\
+             0,1,60,a,u 2,debug\n\
+             0,1,60,a,u1,{long}\n\
+             0,1,60,a,u1,\"two\nlines\"\n\
+             0,1,60,e;f,u1,debug\n"
+        ),
+    );
+    let out = s.simulate(&["names.csv", "--cluster", "2x8", "--json", "out.json"]);
+    refused(&out, "allot: names.csv:3: column 4 (team): team must be a Slurm account name, as a budget's accounts list takes it: 'c\\nd' is not a valid name (no spaces, line breaks, '/', ':' or ',')\n");
+    let said = stderr(&out);
+    for wanted in [
+        "names.csv:5: column 4 (team): team must be a Slurm account name, as a budget's accounts list takes it: 'a b' is not a valid name",
+        "names.csv:6: column 4 (team): team must be a Slurm account name, as a budget's accounts list takes it: a name of 70000 characters is longer than the 255",
+        "names.csv:7: column 5 (user): user must be a user name: 'u 2' is not a valid name",
+        "names.csv:8: column 6 (kind): kind is 70000 characters long",
+        "names.csv:9: column 6 (kind): kind 'two\\nlines' holds a line break",
+        "6 problem(s) in 6 row(s)",
+    ] {
+        assert!(said.contains(wanted), "wanted\n  {wanted}\ngot\n{said}");
+    }
+    assert!(!s.dir.path().join("out.json").exists(), "nothing ran, nothing written");
+    // A ';' is a name Slurm and the budget take: with the bad rows skipped, the run ends with its JSON.
+    let out = s.simulate(&["names.csv", "--cluster", "2x8", "--skip-bad-rows", "--json", "out.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json = std::fs::read_to_string(s.dir.path().join("out.json")).unwrap();
+    assert!(json.contains("e;f"), "{json}");
+}
+
+/// Nothing left undone prints as 0, not -0 (a sum of no values is -0.0).
+#[test]
+fn tables_never_print_minus_zero() {
+    let s = Scratch::new();
+    s.file("w.csv", GOOD);
+    let out = s.allot(&["simulate", "w.csv", "--cluster", "2x8", "--no-timing"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let undone = table.lines().find(|l| l.starts_with("work not done")).expect("the work-not-done row");
+    assert_eq!(undone.matches("  0 of ").count(), 2, "both policies did all the work: {undone}");
+    assert!(!table.split(|c: char| c.is_whitespace() || c == '(').any(|w| w.starts_with("-0")), "{table}");
+}

@@ -707,6 +707,16 @@ pub fn human(secs: i64) -> String {
     }
 }
 
+/// `x` with `decimals` decimals, never `-0`: a sum of no values is -0.0 in
+/// Rust, and a tiny negative rounds to `-0`, which reads as a loss.
+pub fn fixed(x: f64, decimals: usize) -> String {
+    let s = format!("{x:.decimals$}");
+    match s.strip_prefix('-') {
+        Some(magnitude) if magnitude.bytes().all(|b| b == b'0' || b == b'.') => magnitude.to_owned(),
+        _ => s,
+    }
+}
+
 /// The reports side by side, as a text table.
 pub fn table(reports: &[Report]) -> String {
     let mut rows: Vec<(String, Vec<String>)> = Vec::new();
@@ -716,7 +726,7 @@ pub fn table(reports: &[Report]) -> String {
     row("jobs_cancelled", &|r| r.jobs_cancelled.to_string());
     row("jobs_refused", &|r| r.jobs_refused.to_string());
     row("jobs_unfinished", &|r| r.jobs_unfinished.to_string());
-    row("work not done (GPU-h)", &|r| format!("{:.0} of {:.0} ({:.1}%)", r.not_completed_gpu_hours.values().sum::<f64>(), r.submitted_gpu_hours, 100.0 * r.work_not_done_fraction));
+    row("work not done (GPU-h)", &|r| format!("{} of {} ({}%)", fixed(r.not_completed_gpu_hours.values().sum::<f64>(), 0), fixed(r.submitted_gpu_hours, 0), fixed(100.0 * r.work_not_done_fraction, 1)));
     row("wait_p50", &|r| human(r.wait_p50_s));
     row("wait_p90", &|r| human(r.wait_p90_s));
     row("wait_p99", &|r| human(r.wait_p99_s));
@@ -738,7 +748,7 @@ pub fn table(reports: &[Report]) -> String {
         ));
         rows.push((
             format!("{kind} preemptions (GPU-h lost)"),
-            reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({:.0})", w.preemptions, w.gpu_hours_lost_to_preemption))).collect(),
+            reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({})", w.preemptions, fixed(w.gpu_hours_lost_to_preemption, 0)))).collect(),
         ));
     }
     for class in SIZE_CLASSES {
@@ -757,23 +767,23 @@ pub fn table(reports: &[Report]) -> String {
     }
     let mut row = |name: &str, f: &dyn Fn(&Report) -> String| rows.push((name.to_owned(), reports.iter().map(f).collect()));
     row("preemptions", &|r| r.preemptions.to_string());
-    row("gpu_hours_lost_to_preemption", &|r| format!("{:.1}", r.gpu_hours_lost_to_preemption));
+    row("gpu_hours_lost_to_preemption", &|r| fixed(r.gpu_hours_lost_to_preemption, 1));
     row("preemptions_of_unallocated", &|r| r.preemptions_of_unallocated.to_string());
     row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
     row("preemptions_by_small_jobs", &|r| r.preemptions_by_small_jobs.to_string());
     row("ping_pongs", &|r| r.ping_pongs.to_string());
     row("repreempted_within_preemptor_min_runtime", &|r| r.repreempted_within_preemptor_min_runtime.to_string());
-    row("occupancy", &|r| format!("{:.1}%", 100.0 * r.occupancy));
-    row("unallocated_fraction", &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
+    row("occupancy", &|r| format!("{}%", fixed(100.0 * r.occupancy, 1)));
+    row("unallocated_fraction", &|r| format!("{}%", fixed(100.0 * r.unallocated_fraction, 1)));
     row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));
-    row("gpu_hours_delivered", &|r| format!("{:.0}", r.gpu_seconds_delivered as f64 / 3600.0));
-    row("idle_gpu_hours_while_jobs_waited", &|r| format!("{:.0}", r.idle_gpu_hours_while_jobs_waited));
-    row("  idle: backfill_limits", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.backfill_limits));
-    row("  idle: whole_node_rule", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.whole_node_rule));
-    row("  idle: no_job_fits", &|r| format!("{:.0}", r.idle_gpu_hours_by_cause.no_job_fits));
-    row("gpu_hours_claimed_in_grace", &|r| format!("{:.0}", r.gpu_hours_claimed_in_grace));
-    row("teams_at_95pct_of_owed", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
-    row("teams_at_95pct_of_owed_at_submission", &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed_at_submission));
+    row("gpu_hours_delivered", &|r| fixed(r.gpu_seconds_delivered as f64 / 3600.0, 0));
+    row("idle_gpu_hours_while_jobs_waited", &|r| fixed(r.idle_gpu_hours_while_jobs_waited, 0));
+    row("  idle: backfill_limits", &|r| fixed(r.idle_gpu_hours_by_cause.backfill_limits, 0));
+    row("  idle: whole_node_rule", &|r| fixed(r.idle_gpu_hours_by_cause.whole_node_rule, 0));
+    row("  idle: no_job_fits", &|r| fixed(r.idle_gpu_hours_by_cause.no_job_fits, 0));
+    row("gpu_hours_claimed_in_grace", &|r| fixed(r.gpu_hours_claimed_in_grace, 0));
+    row("teams_at_95pct_of_owed", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed, 0)));
+    row("teams_at_95pct_of_owed_at_submission", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed_at_submission, 0)));
     row("sim_seconds", &|r| r.sim_seconds.map_or("-".into(), |s| format!("{s:.3}")));
     row("simulated_days_per_second", &|r| r.simulated_days_per_second.map_or("-".into(), |s| format!("{s:.0}")));
 
@@ -804,10 +814,10 @@ pub fn table(reports: &[Report]) -> String {
     out.push('\n');
     if let Some(first) = reports.first() {
         for (i, t) in first.teams.iter().enumerate() {
-            let _ = write!(out, "{:team_w$}  {:>5.1}%  {:>10.0}", t.team, 100.0 * t.effective_share, t.owed_at_submission_gpu_hours);
+            let _ = write!(out, "{:team_w$}  {:>5}%  {:>10}", t.team, fixed(100.0 * t.effective_share, 1), fixed(t.owed_at_submission_gpu_hours, 0));
             for r in reports {
                 let t = &r.teams[i];
-                let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x));
+                let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{}%", fixed(100.0 * x, 0)));
                 let _ = write!(out, "  {:>10.0}  {:>10.0}  {:>6}  {:>7}", t.owed_gpu_hours, t.delivered_gpu_hours, pct(t.delivered_over_owed), pct(t.delivered_over_owed_at_submission));
             }
             out.push('\n');
@@ -819,7 +829,7 @@ pub fn table(reports: &[Report]) -> String {
             let _ = writeln!(out, "\n{}: jobs that did not complete (work never done)", r.policy.name());
             for (why, n) in &r.not_completed {
                 let gh = r.not_completed_gpu_hours.get(why).copied().unwrap_or(0.0);
-                let _ = writeln!(out, "  {n:>7}  {why} ({gh:.0} GPU-hours)");
+                let _ = writeln!(out, "  {n:>7}  {why} ({} GPU-hours)", fixed(gh, 0));
             }
         }
     }

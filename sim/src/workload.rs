@@ -7,13 +7,13 @@
 //! | `submit_s` | yes | submit time, whole seconds from any origin |
 //! | `gpus` | yes | GPUs wanted, at least 1 |
 //! | `runtime_s` | yes | seconds of work the job needs, at least 1 |
-//! | `team` | yes | the Slurm account: mapped to a budget leaf |
+//! | `team` | yes | the Slurm account: mapped to a budget leaf ([`allot::budget::account_name_problem`]) |
 //! | `job_id` | no | unique id, 0 to 2^32-1 (default: the row's position) |
-//! | `user` | no | submitting user (kept for reports) |
+//! | `user` | no | submitting user (kept for reports; the same rule as `team`) |
 //! | `min_runtime_s` | no | declared minimum runtime; 0 = unallocated (default: `--default-min-runtime`) |
 //! | `resumable` | no | `true`/`false` (also `1`/`0`, `yes`/`no`); default true |
 //! | `priority` | no | `low`, `normal` or `high` (default normal) |
-//! | `kind` | no | free text such as `debug` or `training` (default `unspecified`) |
+//! | `kind` | no | a short label such as `debug` or `training`, at most 64 characters, no line break (default `unspecified`) |
 //!
 //! Other columns (Philly's `submit_time`) are ignored and listed in
 //! [`Workload::ignored_columns`]. An empty optional cell takes the default.
@@ -34,6 +34,9 @@ use std::io::{Read, Write};
 
 use allot::contract::PriorityLevel;
 use serde::Serialize;
+
+/// Longest `kind` label: the tables print it as a row name.
+pub const MAX_KIND_CHARS: usize = 64;
 
 /// One job as the workload describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -535,6 +538,20 @@ fn parse_row<'r>(record: &'r csv::StringRecord, cols: &Columns, position: u32, s
     let team = cell(cols.team);
     if team.is_empty() {
         problems.push((cols.team, "team is empty: every job needs a team, the Slurm account its budget leaf charges".into()));
+    } else if let Some(problem) = allot::budget::account_name_problem(team) {
+        problems.push((cols.team, format!("team must be a Slurm account name, as a budget's accounts list takes it: {problem}")));
+    }
+    if let Some((i, user)) = opt(cols.user) {
+        if let Some(problem) = allot::budget::account_name_problem(user) {
+            problems.push((i, format!("user must be a user name: {problem}")));
+        }
+    }
+    if let Some((i, kind)) = opt(cols.kind) {
+        if kind.chars().count() > MAX_KIND_CHARS {
+            problems.push((i, format!("kind is {} characters long: a kind is a short label such as debug, at most {MAX_KIND_CHARS}", kind.chars().count())));
+        } else if kind.chars().any(char::is_control) {
+            problems.push((i, format!("kind '{}' holds a line break or another control character: a kind is a short label such as debug", kind.escape_debug())));
+        }
     }
     let resumable = match opt(cols.resumable) {
         Some((i, s)) => parse_bool(s).or_else(|| {
@@ -795,7 +812,8 @@ mod tests {
     #[test]
     fn line_numbers_with_any_line_ends() {
         for end in ["\n", "\r\n", "\r"] {
-            let csv = ["submit_s,gpus,runtime_s,team", "0,1,10,a", "", "x,1,10,a", "0,1", "\"0\",1,10,\"two", "lines\"", "0,0,1,a", ""].join(end);
+            // A quoted cell over two lines (in a column the reader ignores: a team may not hold a line break).
+            let csv = ["submit_s,gpus,runtime_s,team,note", "0,1,10,a,", "", "x,1,10,a,", "0,1", "\"0\",1,10,a,\"two", "lines\"", "0,0,1,a,", ""].join(end);
             let e = Workload::from_csv(csv.as_bytes(), false).unwrap_err();
             let lines: Vec<u64> = e.errors().iter().map(|e| e.line).collect();
             assert_eq!(lines, [4, 5, 8], "line ends {end:?}: {e}");
