@@ -74,9 +74,11 @@ done
 # tests the harness runs one cluster at a time regardless (tests/cluster).
 phase "unit, property, ledger, CLI and simulator tests"
 cargo test --release --workspace --locked --exclude allot-cluster-tests -- --test-threads=2 "${cargo_args[@]}"
-# The tests that need a MariaDB server (installed above, --accounting): the
-# ledger's engine tests start a private one.
-cargo test --release --locked -p allot-ledger --test engines -p allot-cli --test server_sync -- --ignored "${cargo_args[@]}"
+# The tests a plain `cargo test` leaves out (#[ignore], with the reason):
+# those that need a MariaDB server (installed above, --accounting; the
+# ledger's engine tests start a private one) and those that need root (the
+# CLI acting for other users under sudo, in a private mount namespace).
+cargo test --release --locked -p allot-ledger --test engines -p allot-cli --test server_sync --test cli -- --ignored "${cargo_args[@]}"
 for r in "${releases[@]}"; do
     [[ $r == "$ALLOT_DEFAULT_RELEASE" ]] && continue
     phase "the bindings' layout tests for Slurm $(release_field "$r" version)"

@@ -145,6 +145,13 @@ fn namespaces_work() -> bool {
     is_root() && Command::new("unshare").args(["--mount", "true"]).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
+/// Run (`--ignored`) where it cannot work: a failure that says why, never a
+/// silent pass.
+#[track_caller]
+fn require_namespaces() {
+    assert!(namespaces_work(), "this test acts for other users (sudo) in a private mount namespace: run it as root where unshare --mount works (scripts/test.sh does)");
+}
+
 /// [`sudo_allot`] in a private mount namespace where /etc/slurm holds only
 /// an allot.conf (root's, mode 0644) whose LedgerPath is this scratch
 /// ledger: the configured ledger, the only one a sudo user may use.
@@ -170,11 +177,9 @@ fn sudo_configured(s: &Scratch, user: &str, args: &[&str]) -> Output {
 }
 
 #[test]
+#[ignore = "needs root and a private mount namespace (unshare): scripts/test.sh runs it"]
 fn owners_edit_their_subtree_and_nobody_else_does() {
-    if !namespaces_work() {
-        eprintln!("SKIPPED: acting for another user (sudo) needs root and a private mount namespace (unshare)");
-        return;
-    }
+    require_namespaces();
     let s = Scratch::new();
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
@@ -233,11 +238,9 @@ fn owners_edit_their_subtree_and_nobody_else_does() {
 /// refused, `$SLURM_CONF` does not make them the SlurmUser, and nothing
 /// changes.
 #[test]
+#[ignore = "needs root and a private mount namespace (unshare): scripts/test.sh runs it"]
 fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
-    if !is_root() {
-        eprintln!("SKIPPED: acting for another user (sudo) needs root");
-        return;
-    }
+    require_namespaces();
     let s = Scratch::new();
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
@@ -276,7 +279,7 @@ fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
         assert_eq!(std::fs::read(&mine).unwrap(), mine_before, "{args:?} changed alice's file");
     }
     // Reading is fine: the numbers are meant to be seen.
-    if namespaces_work() {
+    {
         let show = sudo_configured(&s, "alice", &["budget", "show", "vision"]);
         assert!(show.status.success() && text(&show).contains("vision"), "{}", text(&show));
         let check = sudo_configured(&s, "alice", &["ledger", "check"]);
@@ -294,11 +297,9 @@ fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
 /// option is refused before anything is written, and `--json -` prints
 /// instead (the user's shell writes it, with the user's rights).
 #[test]
+#[ignore = "needs root and a private mount namespace (unshare): scripts/test.sh runs it"]
 fn under_sudo_a_user_names_no_file_that_root_would_write_or_read() {
-    if !namespaces_work() {
-        eprintln!("SKIPPED: acting for another user (sudo) needs root and a private mount namespace (unshare)");
-        return;
-    }
+    require_namespaces();
     let s = Scratch::new();
     // (A GPU count, so that `allot report` has figures before any plugin ran.)
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap().replacen("[cluster]", "[cluster]\ngpus = 32", 1));
@@ -339,11 +340,9 @@ fn under_sudo_a_user_names_no_file_that_root_would_write_or_read() {
 /// Under sudo, the owner of the configured ledger is an admin; a sudo user's
 /// ownership of some other file makes nobody an admin.
 #[test]
+#[ignore = "needs root and a private mount namespace (unshare): scripts/test.sh runs it"]
 fn under_sudo_only_the_configured_ledger_decides_who_is_admin() {
-    if !namespaces_work() {
-        eprintln!("SKIPPED: needs root and a private mount namespace (unshare)");
-        return;
-    }
+    require_namespaces();
     let s = Scratch::new();
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
@@ -651,12 +650,19 @@ fn associations_are_printed_for_anyone_and_applied_by_admins_only() {
     let conf = s.file("slurm.conf", "ClusterName=Lab2\n");
     let out = s.allot().env("SLURM_CONF", &conf).arg("associations").output().unwrap();
     assert!(text(&out).contains("Cluster=lab2 "), "{}", text(&out));
-    // Applying them changes Slurm: admins only.
-    if namespaces_work() {
-        let out = sudo_configured(&s, "tomas", &["associations", "--cluster", "lab", "--apply"]);
-        assert!(!out.status.success(), "a manager applied associations: {}", text(&out));
-        assert!(text(&out).contains("tomas may not change Slurm's associations: only an admin"), "{}", text(&out));
-    }
+}
+
+/// Applying associations changes Slurm: admins only, not a manager under sudo.
+#[test]
+#[ignore = "needs root and a private mount namespace (unshare): scripts/test.sh runs it"]
+fn applying_associations_is_for_admins_only() {
+    require_namespaces();
+    let s = Scratch::new();
+    let out = s.run(&["sync", EXAMPLE]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = sudo_configured(&s, "tomas", &["associations", "--cluster", "lab", "--apply"]);
+    assert!(!out.status.success(), "a manager applied associations: {}", text(&out));
+    assert!(text(&out).contains("tomas may not change Slurm's associations: only an admin"), "{}", text(&out));
 }
 
 /// A ledger from before clusters were named: `allot ledger adopt` gives its
