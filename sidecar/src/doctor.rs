@@ -187,7 +187,7 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
     let mut f = Vec::new();
     let rebuild = |v: &str| {
         format!(
-            "rebuild allot against the source tree of Slurm {v}, configured as slurmctld was (`SLURM_SRC_DIR=TREE cargo build --release`), \
+            "rebuild allot against the source tree of Slurm {v}, configured as slurmctld was (`SLURM_SRC_DIR=TREE cargo build --release --workspace`), \
              install the four plugins into PluginDir (scripts/install-plugins.sh) and restart slurmctld"
         )
     };
