@@ -31,6 +31,65 @@ pub struct Standing {
     pub siblings: u32,
 }
 
+impl Standing {
+    /// The node's use of its share over the window as a researcher reads
+    /// it: "0.50%", "14%", "130%" (two significant figures below 10%), or
+    /// "no share here" for a node not funded on this cluster.
+    pub fn share_used_text(&self) -> String {
+        percent_of_share(self.ratio)
+    }
+
+    /// Its place among its siblings, least used first: "1st of 3
+    /// siblings", "no siblings".
+    pub fn rank_text(&self) -> String {
+        if self.siblings <= 1 {
+            "no siblings".to_owned()
+        } else {
+            format!("{} of {} siblings", ordinal(self.sibling_rank + 1), self.siblings)
+        }
+    }
+
+    /// Both, as one phrase: "used 0.50% of its share, 1st of 2 siblings".
+    pub fn in_words(&self) -> String {
+        if self.ratio.is_finite() {
+            format!("used {} of its share, {}", self.share_used_text(), self.rank_text())
+        } else {
+            format!("no share on this cluster, {}", self.rank_text())
+        }
+    }
+}
+
+/// `ratio` (use over share) as a percentage with two significant figures
+/// below 10%, so that a tiny use still reads as more than none.
+pub fn percent_of_share(ratio: f64) -> String {
+    if !ratio.is_finite() {
+        return "no share here".to_owned();
+    }
+    let pct = 100.0 * ratio;
+    if pct <= 0.0 {
+        "0%".to_owned()
+    } else if pct >= 9.95 {
+        format!("{pct:.0}%")
+    } else {
+        // Two significant figures; at most 12 decimals (the smallest use of
+        // the largest allocation is far above 1e-12 of it).
+        let decimals = ((-pct.log10()).ceil() as i64 + 1).clamp(1, 12) as usize;
+        format!("{pct:.decimals$}%")
+    }
+}
+
+/// 1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st.
+pub fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
 /// The fair-share order at one moment, and every number behind it.
 #[derive(Debug, Clone)]
 pub struct Ranking {
@@ -364,6 +423,23 @@ mod tests {
         fn ratio_key_rounds_as_round_does(ratio in prop_oneof![0.0f64..10.0, any::<f64>(), (0u64..4_000_000_000u64).prop_map(|n| n as f64 / 2e9)]) {
             prop_assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {}", ratio);
         }
+    }
+
+    #[test]
+    fn a_standing_reads_as_a_percentage_of_the_share_and_a_place() {
+        let cases = [(0.0, "0%"), (0.00496, "0.50%"), (0.001, "0.10%"), (0.00022, "0.022%"), (0.01389, "1.4%"), (0.0996, "10%"), (1.254, "125%"), (3e-13, "0.000000000030%")];
+        for (ratio, text) in cases {
+            assert_eq!(percent_of_share(ratio), text, "ratio {ratio}");
+        }
+        assert_eq!(percent_of_share(f64::INFINITY), "no share here");
+        let names: Vec<String> = [1, 2, 3, 4, 11, 12, 13, 21, 22, 101, 111].into_iter().map(ordinal).collect();
+        assert_eq!(names, ["1st", "2nd", "3rd", "4th", "11th", "12th", "13th", "21st", "22nd", "101st", "111th"]);
+        let s = Standing { usage: 6000, allocation: 1_209_600.0, ratio: 6000.0 / 1_209_600.0, sibling_rank: 0, siblings: 2 };
+        assert_eq!(s.in_words(), "used 0.50% of its share, 1st of 2 siblings");
+        let only = Standing { sibling_rank: 0, siblings: 1, ..s };
+        assert_eq!(only.in_words(), "used 0.50% of its share, no siblings");
+        let unfunded = Standing { ratio: f64::INFINITY, sibling_rank: 2, siblings: 3, ..s };
+        assert_eq!(unfunded.in_words(), "no share on this cluster, 3rd of 3 siblings");
     }
 
     #[test]

@@ -65,7 +65,7 @@ use std::fmt;
 
 use crate::budget::{ClusterSettings, LeafId, NodeId};
 use crate::contract::{Contract, PriorityLevel};
-use crate::fairshare::Ranking;
+use crate::fairshare::{percent_of_share, Ranking};
 use crate::UnixTime;
 
 /// A job that holds GPUs.
@@ -225,13 +225,16 @@ impl fmt::Display for PreemptDecision {
             PreemptDecision::YesUnallocated => write!(f, "the running job is unallocated (min_runtime=0) and an allocated job needs its GPUs"),
             PreemptDecision::YesOutranked(c) if c.margin == 0.0 => write!(
                 f,
-                "its allocation has used {:.3} of its share in the window, the waiting job's {:.3}, and the waiting job is small (no margin)",
-                c.preemptee_ratio, c.preemptor_ratio
+                "its allocation has used {} of its share in the window, the waiting job's {}, and the waiting job is small (no margin)",
+                percent_of_share(c.preemptee_ratio),
+                percent_of_share(c.preemptor_ratio)
             ),
             PreemptDecision::YesOutranked(c) => write!(
                 f,
-                "its allocation has used {:.3} of its share in the window, the waiting job's {:.3}: more than the margin of {} apart",
-                c.preemptee_ratio, c.preemptor_ratio, c.margin
+                "its allocation has used {} of its share in the window, the waiting job's {}: more than the margin of {} of a share apart",
+                percent_of_share(c.preemptee_ratio),
+                percent_of_share(c.preemptor_ratio),
+                percent_of_share(c.margin)
             ),
             PreemptDecision::NoPreemptorUnallocated => write!(f, "an unallocated job (min_runtime=0) never preempts"),
             PreemptDecision::NoProtected { until } => write!(f, "the running job is inside its minimum runtime until {until}"),
@@ -254,8 +257,10 @@ impl fmt::Display for PreemptDecision {
             ),
             PreemptDecision::NoNotOutranked(c) => write!(
                 f,
-                "its allocation has used {:.3} of its share, the waiting job's {:.3}: not more than the margin of {} apart",
-                c.preemptee_ratio, c.preemptor_ratio, c.margin
+                "its allocation has used {} of its share, the waiting job's {}: not more than the margin of {} of a share apart",
+                percent_of_share(c.preemptee_ratio),
+                percent_of_share(c.preemptor_ratio),
+                percent_of_share(c.margin)
             ),
         }
     }

@@ -117,7 +117,7 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
         allot::duration::format_duration(s.unallocated_grace),
     );
     if let Some((_, at)) = &ranking {
-        println!("usage: window ending {} (USED = share of its allocation used; RANK = fair-share order of leaves)", crate::format_time(*at));
+        println!("usage: window ending {} (USED = the part of its share used over the window; RANK = fair-share order of leaves)", crate::format_time(*at));
     }
     println!();
     let mut rows: Vec<[String; 6]> = vec![["NODE".into(), "SHARE".into(), "CLUSTER".into(), "USED".into(), "RANK".into(), "OWNERS / ACCOUNTS / MEMBERS".into()]];
@@ -129,7 +129,7 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
         let label = if n.path.is_empty() { "(root)".to_owned() } else { n.name.clone() };
         let (used, rank) = match &ranking {
             Some((r, _)) => (
-                format!("{:.2}", r.standings[id as usize].ratio),
+                r.standings[id as usize].share_used_text(),
                 n.leaf.map(|l| (r.leaf_rank[l as usize] + 1).to_string()).unwrap_or_default(),
             ),
             None => (String::new(), String::new()),

@@ -154,7 +154,7 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
     };
     let _ = writeln!(out, 
         "  queue position: allocated jobs first, then by budget (this one ranks {} of {} at {}), then declared priority, then submit time",
-        ranking.leaf_rank[leaf as usize] + 1,
+        allot::fairshare::ordinal(ranking.leaf_rank[leaf as usize] + 1),
         ranking.leaves(),
         crate::format_time(at)
     );
@@ -163,13 +163,12 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
         let s = ranking.standings[node as usize];
         let n = tree.node(node);
         let _ = writeln!(out, 
-            "    {:<28} {} of {} among its siblings: used {} of {} GPU-hours owed in the window ({:.2} of its share)",
+            "    {:<28} {}: used {} of {} GPU-hours owed in the window ({} of its share)",
             n.path,
-            s.sibling_rank + 1,
-            s.siblings,
+            s.rank_text(),
             hours(s.usage as f64),
             hours(s.allocation),
-            s.ratio
+            s.share_used_text()
         );
     }
     Ok(out)

@@ -169,7 +169,7 @@ impl Site {
                 span { "waiting jobs " b { (queue.len() + more) } }
             }
             h2 id="tree" { "Budgets" }
-            p { "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted. Standing: the budget's use of its share over the plugins' window (green under, red over) and its rank among its siblings, which orders the queue." }
+            p { "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted. Standing: the part of its share the budget used over the plugins' window (green under, red over) and its place among its siblings (least used first), which orders the queue." }
             table {
                 tr { th { "budget" } th { "share" } th { "demand" } th { "owed" } th { "delivered" } th { "delivered / owed" } th { "charged" } th { "unallocated" } th { "standing" } }
                 @for (id, n) in r.nodes.iter().enumerate() {
@@ -187,7 +187,7 @@ impl Site {
                         @match ranking.as_ref().filter(|_| id > 0) {
                             Some(rk) => {
                                 @let s = rk.standings[id];
-                                td class=(standing_class(s.ratio)) { (plot::ratio_text(s.ratio)) ", " (s.sibling_rank + 1) " of " (s.siblings) }
+                                td class=(standing_class(s.ratio)) { (s.in_words()) }
                             }
                             None => td { "-" }
                         }
@@ -206,7 +206,7 @@ impl Site {
                         tr {
                             td { a href=(here(&format!("/why?job={job}"))) { (row.label) } }
                             @for s in &row.levels {
-                                td class=(standing_class(s.ratio)) { (s.name) " " (plot::ratio_text(s.ratio)) " (" (s.sibling_rank + 1) " of " (s.siblings) ")" }
+                                td class=(standing_class(s.ratio)) { (s.name) ": " (s.standing().in_words()) }
                             }
                         }
                     }

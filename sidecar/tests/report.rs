@@ -255,8 +255,17 @@ fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
     for wanted in ["(cluster)", "title=\"p/a\"", "Budgets", "Waiting jobs", "job 4 (u): 8 GPUs, 2h normal", "/why?job=4", "src=\"/shares.png\""] {
         assert!(page.contains(wanted), "{wanted:?} not in the page:\n{page}");
     }
+    // Standing in words: p and b are half the cluster each, owed 0.5 x 4
+    // GPUs x 7 days = 336 GPU-hours; p used 16,800 GPU-s (1.4%), b 6,000
+    // (0.50%), so b is first of the two; a, p's only child, has all of p's share.
+    for wanted in ["used 1.4% of its share, 2nd of 2 siblings", "used 0.50% of its share, 1st of 2 siblings", "a: used 1.4% of its share, no siblings", "b: used 0.50% of its share, 1st of 2 siblings"] {
+        assert!(page.contains(wanted), "{wanted:?} not in the page:\n{page}");
+    }
     let why = browser(&["--dump-dom", &format!("{url}why?job=1")]);
     assert!(why.contains("contract: min_runtime=1h") && why.contains("preempted"), "job 1's explanation:\n{why}");
+    for wanted in ["this one ranks 2nd of 2", "2nd of 2 siblings: used 4.67 of 336.00", "(1.4% of its share)", "no siblings: used 4.67 of 336.00 GPU-hours owed in the window (1.4% of its share)"] {
+        assert!(why.contains(wanted), "{wanted:?} not in job 1's explanation:\n{why}");
+    }
     let unknown = browser(&["--dump-dom", &format!("{url}why?job=99")]);
     assert!(unknown.contains("the ledger has no job 99"), "{unknown}");
 

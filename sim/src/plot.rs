@@ -231,16 +231,10 @@ pub struct LevelStanding {
     pub siblings: u32,
 }
 
-/// A use-of-share ratio for people: `1.25x`, `0.0042x` (small ones keep
-/// two significant digits, so that they still tell budgets apart), `0x`.
-pub fn ratio_text(ratio: f64) -> String {
-    if ratio >= 0.1 || !ratio.is_finite() {
-        format!("{ratio:.2}x")
-    } else if ratio <= 0.0 {
-        "0x".to_owned()
-    } else {
-        let decimals = (-ratio.log10()).ceil() as usize + 1;
-        format!("{ratio:.decimals$}x")
+impl LevelStanding {
+    /// As the policy core words it (the page and `allot why` say the same).
+    pub fn standing(&self) -> allot::fairshare::Standing {
+        allot::fairshare::Standing { usage: 0, allocation: 0.0, ratio: self.ratio, sibling_rank: self.sibling_rank, siblings: self.siblings }
     }
 }
 
@@ -269,7 +263,7 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
     root.fill(&WHITE).map_err(err)?;
     root.draw(&Text::new(title.to_owned(), (20, 12), ("sans-serif", 24).into_font())).map_err(err)?;
     let small = ("sans-serif", 15).into_font();
-    root.draw(&Text::new("first to start at the top; each cell: budget node, use of its share over the window, rank among its siblings".to_owned(), (20, 46), small.clone())).map_err(err)?;
+    root.draw(&Text::new("first to start at the top; each cell: budget node, the part of its share it used over the window, its place among its siblings".to_owned(), (20, 46), small.clone())).map_err(err)?;
     let y0 = 80;
     root.draw(&Text::new("job".to_owned(), (20, y0), ("sans-serif", 16).into_font())).map_err(err)?;
     for l in 0..levels {
@@ -285,7 +279,7 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
             let x = label_w + cell_w * l as i32;
             root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ratio_color(s.ratio).filled())).map_err(err)?;
             root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ShapeStyle::from(&BLACK.mix(0.25)).stroke_width(1))).map_err(err)?;
-            let text = format!("{}  {}  ({} of {})", s.name, ratio_text(s.ratio), s.sibling_rank + 1, s.siblings);
+            let text = format!("{}: {}", s.name, s.standing().in_words());
             root.draw(&Text::new(text, (x + 6, y + 6), small.clone())).map_err(err)?;
         }
     }
@@ -411,18 +405,4 @@ pub fn gantt(path: &Path, _font: &Font, tree: &BudgetTree, cluster: ClusterSpec,
     root.draw(&Text::new("black bar at the end: preempted".to_string(), (678, y), ("sans-serif", 15).into_font())).map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::ratio_text;
-
-    #[test]
-    fn small_ratios_keep_two_significant_digits() {
-        assert_eq!(ratio_text(1.254), "1.25x");
-        assert_eq!(ratio_text(0.1), "0.10x");
-        assert_eq!(ratio_text(0.042), "0.042x");
-        assert_eq!(ratio_text(0.00123), "0.0012x");
-        assert_eq!(ratio_text(0.0), "0x");
-    }
 }
