@@ -111,7 +111,7 @@ fn row(variant: &str, name: &str, rs: &[Report], loaded: &[Report]) -> String {
     let (lo, hi) = owed_range(rs);
     let (llo, lhi) = owed_range(loaded);
     format!(
-        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} by small jobs across teams, {} unallocated) | {:.0} | {} ({}) |",
+        "| {variant} | {name} | {} / {} / {} | {} | {:.0}-{:.0}% | {:.0}-{:.0}% | {:.1}% | {} ({} within team, {} by small jobs across teams, {} unallocated) | {:.0} | {} |",
         human(median(d.iter().map(|x| x.0).collect())),
         human(median(d.iter().map(|x| x.1).collect())),
         human(median(d.iter().map(|x| x.2).collect())),
@@ -126,8 +126,7 @@ fn row(variant: &str, name: &str, rs: &[Report], loaded: &[Report]) -> String {
         median(rs.iter().map(|r| r.preemptions_by_small_jobs).collect()),
         median(rs.iter().map(|r| r.preemptions_of_unallocated).collect()),
         median(rs.iter().map(|r| r.gpu_hours_lost_to_preemption).collect()),
-        rs.iter().map(|r| r.ping_pongs).sum::<usize>(),
-        rs.iter().map(|r| r.repreempted_within_preemptor_min_runtime).sum::<usize>()
+        rs.iter().map(|r| r.ping_pongs).sum::<usize>()
     )
 }
 
@@ -140,7 +139,7 @@ fn main() {
         None => vec![1],
     };
     let variants: Vec<&str> = if args.len() > 1 { args[1..].iter().map(String::as_str).collect() } else { DEBUG_VARIANTS.to_vec() };
-    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams, whole run) | delivered/owed (loaded days) | occupancy | preemptions | GPU-h lost | ping-pongs (repreempted) |");
+    println!("| variant | mechanism | debug wait p50 / p90 / p99 | worst team's debug p90 | delivered/owed (all teams, whole run) | delivered/owed (loaded days) | occupancy | preemptions | GPU-h lost | ping-pongs |");
     println!("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for v in variants {
         let cases: Vec<_> = seeds

@@ -116,13 +116,11 @@ pub struct Report {
     /// job (`small_job_gpus`, `small_job_min_runtime`: rule 4 without the
     /// margin).
     pub preemptions_by_small_jobs: usize,
-    /// Preemptions that are ping-pong: the victim had itself preempted the
-    /// job now preempting it, or had been preempted less than its own
-    /// minimum runtime before. See [`ping_pongs`].
+    /// Repeat preemptions the anti-thrash rules are there to prevent: the
+    /// victim had itself preempted the job now preempting it, or had been
+    /// preempted before, less than its own or that preemptor's minimum
+    /// runtime before. See [`ping_pongs`].
     pub ping_pongs: usize,
-    /// A stricter count: preemptions of a job that had been preempted less
-    /// than the minimum runtime of the job that preempted it then.
-    pub repreempted_within_preemptor_min_runtime: usize,
     pub occupancy: f64,
     pub unallocated_fraction: f64,
     pub max_gpus_in_use: u32,
@@ -616,8 +614,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         preemptions_of_unallocated: of_unallocated,
         preemptions_within_team: within_team,
         preemptions_by_small_jobs: by_small,
-        ping_pongs: ping_pongs(outcome).0,
-        repreempted_within_preemptor_min_runtime: ping_pongs(outcome).1,
+        ping_pongs: ping_pongs(outcome),
         occupancy: round6(in_span as f64 / (capacity as f64 * span as f64)),
         unallocated_fraction: round6(if delivered > 0 { unprotected as f64 / delivered as f64 } else { 0.0 }),
         max_gpus_in_use: outcome.max_gpus_in_use,
@@ -643,21 +640,22 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
 }
 
 /// Ping-pong preemptions of allocated jobs, from the runs (unallocated jobs
-/// are left out: the contract promises them nothing). A preemption (victim
-/// V, preemptor P, signalled at t) is a **ping-pong** if V had preempted P
-/// before (the pair took turns), or V's previous preemption came less than
-/// V's own minimum runtime before. It is a **repreemption** (the second
-/// count) if V's previous preemption, by P', came less than P''s minimum
-/// runtime before: V lost its GPUs twice while the job that took them
-/// first was still protected.
+/// are left out: the contract promises them nothing): every repeat
+/// preemption the anti-thrash rules are there to prevent. A preemption
+/// (victim V, preemptor P, signalled at t) is a **ping-pong** if
+/// - V had preempted P before (the pair took turns), or
+/// - V's previous preemption, by P', came less than V's own minimum
+///   runtime or P''s before: V lost its GPUs twice while it, or the job
+///   that first took them, would still have been protected.
 ///
-/// The policy core rules out ping-pongs within a team (only a strictly
-/// higher priority preempts there, and no longer a guarantee than the
-/// victim's) and V's own protection rules out the second kind; between
-/// teams the margin is what prevents them. Repreemptions can come from the
-/// margin rule between teams when the preemptor declared a longer minimum
-/// runtime than the victim.
-pub fn ping_pongs(outcome: &Outcome) -> (usize, usize) {
+/// The policy core rules out turns within a team (only a strictly higher
+/// priority preempts there, and no longer a guarantee than the victim's)
+/// and V's own protection mostly rules out a second preemption within its
+/// own minimum runtime (grace and requeue delays aside); between teams the
+/// margin is what prevents turns. A second preemption within P''s minimum
+/// runtime comes from the margin rule when P' declared a longer minimum
+/// runtime than V, or from V starting again elsewhere.
+pub fn ping_pongs(outcome: &Outcome) -> usize {
     let mut preempted: Vec<&crate::engine::Run> = outcome
         .runs
         .iter()
@@ -670,18 +668,17 @@ pub fn ping_pongs(outcome: &Outcome) -> (usize, usize) {
     preempted.sort_by_key(|r| (signal(r), r.job));
     let mut took: std::collections::BTreeSet<(u32, u32)> = std::collections::BTreeSet::new();
     let mut last: BTreeMap<u32, (i64, u32)> = BTreeMap::new();
-    let (mut ping, mut re) = (0, 0);
+    let mut ping = 0;
     for r in preempted {
         let (v, p, t) = (r.job, r.preempted_by.unwrap_or(u32::MAX), signal(r));
         let min_runtime = |j: u32| outcome.prepared.contract[j as usize].min_runtime;
         let reversal = took.contains(&(v, p));
-        let own = last.get(&v).is_some_and(|&(t0, _)| t - t0 < min_runtime(v));
-        ping += usize::from(reversal || own);
-        re += usize::from(last.get(&v).is_some_and(|&(t0, p0)| t - t0 < min_runtime(p0)));
+        let soon_again = last.get(&v).is_some_and(|&(t0, p0)| t - t0 < min_runtime(v).max(min_runtime(p0)));
+        ping += usize::from(reversal || soon_again);
         took.insert((p, v));
         last.insert(v, (t, p));
     }
-    (ping, re)
+    ping
 }
 
 /// Rounded to 3 decimals, as the reports print them.
@@ -772,7 +769,6 @@ pub fn table(reports: &[Report]) -> String {
     row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
     row("preemptions_by_small_jobs", &|r| r.preemptions_by_small_jobs.to_string());
     row("ping_pongs", &|r| r.ping_pongs.to_string());
-    row("repreempted_within_preemptor_min_runtime", &|r| r.repreempted_within_preemptor_min_runtime.to_string());
     row("occupancy", &|r| format!("{}%", fixed(100.0 * r.occupancy, 1)));
     row("unallocated_fraction", &|r| format!("{}%", fixed(100.0 * r.unallocated_fraction, 1)));
     row("max_gpus_in_use", &|r| format!("{} of {}", r.max_gpus_in_use, r.gpus));

@@ -84,35 +84,38 @@ fn the_shipped_rules_keep_debug_waits_short_for_every_team() {
             let what = format!("{variant} seed {seed}\n  {}\n  {}\n  {}", summary("shipped", &now), summary("no small", &three), summary("before", &old));
             println!("{what}");
             // Debug jobs: a median under a minute, a 90th percentile under
-            // 30 minutes (measured 5-22 min) and under 45 minutes for every
-            // team (measured 5-38 min); before the mechanisms, p90 57 min
+            // 30 minutes (measured 5-24 min) and under 45 minutes for every
+            // team (measured 5-44 min); before the mechanisms, p90 57 min
             // (bursty) to 2.4 hours.
             assert!(now.by_kind["debug"].wait_p50_s <= MIN, "{what}");
             assert!(debug_p90(&now) <= 30 * MIN, "{what}");
             assert!(worst_team_debug_p90(&now) <= 45 * MIN, "{what}");
             assert!(debug_p90(&now) * 3 <= debug_p90(&old) * 2, "{what}");
             // Small jobs across teams: a shorter tail than the three other
-            // mechanisms alone (per seed within 2 minutes, over all seeds
-            // at least a fifth shorter; measured 3 to 20 minutes shorter but
-            // for one seed, 1 minute longer), and every such preemption
-            // crossed teams.
-            assert!(debug_p90(&now) <= debug_p90(&three) + 2 * MIN, "{what}");
+            // mechanisms alone (over all seeds at least two fifths shorter:
+            // measured 45%; per seed 0 to 20 minutes shorter but for
+            // unequal seed 1, 4.5 minutes longer: its smallest team, over
+            // its share, has its training preempted by other teams' small
+            // jobs and restarted inside a new protection, so its own debug
+            // jobs find nothing to take; hence within 5 minutes), and every
+            // such preemption crossed teams.
+            assert!(debug_p90(&now) <= debug_p90(&three) + 5 * MIN, "{what}");
             assert!(now.preemptions_by_small_jobs > 0 && three.preemptions_by_small_jobs == 0, "{what}");
             p90_now += debug_p90(&now);
             p90_three += debug_p90(&three);
             // What it costs: the victims' work since their last checkpoint
-            // (measured 1.0 to 1.17 times the loss without it).
+            // (measured 0.90 to 1.15 times the loss without it).
             assert!(now.gpu_hours_lost_to_preemption <= 1.25 * three.gpu_hours_lost_to_preemption, "{what}");
             // Nothing else pays for it: shares, occupancy, thrashing.
             assert!(lowest_delivered_over_owed(&now) >= 0.85, "{what}");
             assert!(lowest_delivered_over_owed(&now) >= lowest_delivered_over_owed(&old) - 0.03, "{what}");
             assert!(now.occupancy >= 0.96, "{what}");
-            assert!(now.gpu_hours_lost_to_preemption <= 1.6 * old.gpu_hours_lost_to_preemption, "{what}"); // measured 1.14-1.47
+            assert!(now.gpu_hours_lost_to_preemption <= 1.6 * old.gpu_hours_lost_to_preemption, "{what}"); // measured 1.01-1.42
             assert!(now.ping_pongs <= old.ping_pongs + 8, "{what}");
             assert!(now.preemptions_within_team > 0 && old.preemptions_within_team == 0, "{what}");
         }
     }
-    assert!(p90_now * 5 <= p90_three * 4, "debug p90 summed over the cases: {p90_now} s with small jobs across teams, {p90_three} s without");
+    assert!(p90_now * 5 <= p90_three * 3, "debug p90 summed over the cases: {p90_now} s with small jobs across teams, {p90_three} s without");
 }
 
 #[test]
@@ -134,6 +137,30 @@ fn a_team_with_nothing_to_preempt_still_gains_and_undeclared_debug_jobs_gain_fro
     assert!(now.by_kind["debug"].wait_p50_s <= 2 * MIN, "{what}");
     assert!(debug_p90(&three) >= 60 * MIN, "{what}");
     assert!(debug_p90(&now) <= 30 * MIN && now.preemptions_by_small_jobs > 0, "{what}");
+}
+
+/// Preemption within a team (rule 5) changes nothing where it cannot take
+/// anything: where no job declares a priority, with the rule on or off, the
+/// same jobs start and are preempted at the same moments. (Before, the
+/// engine counted searches that only rule 5 could have made succeed
+/// toward its per-pass bound, and read a smaller teammate's failure more
+/// narrowly: on the undeclared variant, seed 1, 2,443 preemptions with the
+/// rule on and 2,241 with it off, debug p90 20.6 minutes against 11.9.)
+#[test]
+fn rule_5_with_nothing_to_take_changes_nothing() {
+    for seed in 1..=3 {
+        let p = DebugParams::variant("undeclared", seed).unwrap();
+        let unclocked = |mut r: Report| {
+            r.sim_seconds = None;
+            r.simulated_days_per_second = None;
+            r
+        };
+        let on = unclocked(run(&p, |c| c.tree.settings.preempt_within_team = true));
+        let off = unclocked(run(&p, |c| c.tree.settings.preempt_within_team = false));
+        assert_eq!(on.preemptions_within_team, 0, "seed {seed}");
+        assert!(on.preemptions > 1000, "seed {seed}: {}", summary("on", &on));
+        assert!(on == off, "seed {seed}\n{}\n{}", summary("rule 5 on", &on), summary("rule 5 off", &off));
+    }
 }
 
 /// One node of 32 kept for small and unallocated jobs (a Slurm partition;

@@ -157,3 +157,26 @@ fn idle_gpus_split_by_cause_reservation_by_hand() {
     assert!(close(r.idle_gpu_hours_while_jobs_waited, 2.0 * 7199.0 / H));
     assert_eq!(r.wait_p50_s, 7199);
 }
+
+/// Two nodes of 4 GPUs, teams a and b, a 2-hour window:
+/// - jobs 0 and 1, a, 4 GPUs each, at 0: job 0 protected 1 h, job 1 2 h
+///   (and done at 2 h);
+/// - job 2, b, 4 GPUs, protected 8 h, at 1.5 h: a used 1.5 of its share, b
+///   none, so it preempts job 0 (the only one past its protection);
+/// - job 0, requeued, starts again at 2 h on job 1's node;
+/// - job 3, b, 4 GPUs, at 2.5 h: at 3 h, job 0 past its protection again,
+///   a has used 1.29 of its share and b 0.71, so it preempts job 0 again.
+/// Job 0 lost its GPUs twice within the 8 hours the job that first took
+/// them is protected: one ping-pong (job 0's own minimum runtime, 1 h, had
+/// passed; the count before took only that into account and said 0).
+#[test]
+fn a_second_preemption_within_the_first_preemptor_s_protection_is_a_ping_pong() {
+    let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,kind\n\
+               0,0,4,36000,a,3600,true,training\n\
+               1,0,4,7200,a,7200,true,training\n\
+               2,5400,4,36000,b,28800,true,training\n\
+               3,9000,4,3600,b,3600,true,training\n";
+    let r = run(csv, "2x4", "grace = \"5m\"\nlookback = \"2h\"\nsmall_job_gpus = 0");
+    assert_eq!((r.preemptions, r.preemptions_within_team), (2, 0), "{r:#?}");
+    assert_eq!(r.ping_pongs, 1);
+}

@@ -292,7 +292,10 @@ impl Engine<'_> {
     }
 
     /// Allot with preemption within a team: `j` may take GPUs of some
-    /// unprotected runs of its own leaf (a priority above low is needed).
+    /// unprotected runs of its own leaf: some of them declare a lower
+    /// priority than `j` (rule 5 takes no other). Where none does, rule 5
+    /// changes nothing for `j`, and `j`'s searches are those it would have
+    /// with `preempt_within_team` off.
     pub(super) fn same_leaf_possible(&self, j: u32) -> bool {
         let job = &self.jobs[j as usize];
         self.same_leaf_possible_in(job.leaf as usize, job.contract.is_allocated(), job.contract.priority)
@@ -301,7 +304,10 @@ impl Engine<'_> {
     /// [`Self::same_leaf_possible`] for a job of `leaf`, allocated or not,
     /// of declared `priority`.
     pub(super) fn same_leaf_possible_in(&self, leaf: usize, allocated: bool, priority: PriorityLevel) -> bool {
-        self.cfg.policy == PolicyKind::Allot && self.rules.within_team && allocated && priority > PriorityLevel::Low && !self.unprotected[leaf].is_empty()
+        self.cfg.policy == PolicyKind::Allot
+            && self.rules.within_team
+            && allocated
+            && self.unprotected_by_contract[leaf][..priority as usize].iter().any(|runs| !runs.is_empty())
     }
 
     /// GPUs of the unprotected runs of `j`'s own leaf that `j` may take
@@ -347,7 +353,9 @@ impl Engine<'_> {
     /// `prio`, read once (it holds until the leaf's record changes).
     pub(super) fn smaller_failed_test(&self, w: usize, prio: PriorityLevel) -> SmallerFailed {
         let (stamp, fail_at, fail_prio, fail_minrt, fail_small) = self.leaf_fail[w];
-        let within_team = self.rules.within_team;
+        // Rule 5 matters only where a job of this priority could take a
+        // teammate's run; elsewhere the test is the one without rule 5.
+        let within_team = self.same_leaf_possible_in(w, true, prio);
         if stamp != self.passes || (within_team && prio > fail_prio) {
             return SmallerFailed { active: false, from_gpus: 0, from_min_runtime: 0, small_too: false };
         }
@@ -511,13 +519,16 @@ impl Engine<'_> {
             fail(self);
             return None;
         }
-        *searches += 1;
-        self.preempt_searches += 1;
         if candidates.is_empty() || candidates.len() + free_nodes.len() < nodes_needed {
             // No node can be made room on by the runs rule 5 lets it take.
             fail(self);
             return None;
         }
+        // Only a search that can succeed counts (`preempt_max_job_test`):
+        // in Slurm, a job whose preemptee candidates cannot make room is
+        // not tried with preemption at all.
+        *searches += 1;
+        self.preempt_searches += 1;
         let (best, victims, taken) = (&mut scratch.best, &mut scratch.victims, &mut scratch.taken);
         let of = VictimsOf::new(self, j);
         best.clear();
