@@ -274,7 +274,7 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     let rank = |job: u32| {
         let (ok, why) = said(alpha.allot(&["why", &job.to_string(), "--cluster", "beta"]));
         assert!(ok, "{why}");
-        why.split("ranks ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.parse::<u32>().ok()).unwrap_or_else(|| panic!("no rank in: {why}"))
+        why.split("ranks ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.trim_end_matches(char::is_alphabetic).parse::<u32>().ok()).unwrap_or_else(|| panic!("no rank in: {why}"))
     };
     assert!(rank(teamb) < rank(teama), "allot why ranks teamb above teama by the lab's usage");
     // And back: each cluster's own usage again.
