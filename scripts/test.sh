@@ -60,6 +60,16 @@ deps=(--slurm "$ALLOT_DEFAULT_RELEASE")
 for r in "${releases[@]}"; do deps+=(--slurm "$r"); done
 scripts/install-deps.sh "${deps[@]}" --accounting --packaging --browser --debugger
 
+phase "format and lints (rustfmt.toml; the workspace lints in Cargo.toml, warnings denied)"
+for tool in fmt clippy; do
+    cargo "$tool" --version >/dev/null 2>&1 && continue
+    command -v rustup >/dev/null && rustup component add "${tool/fmt/rustfmt}" \
+        || { echo "test: ERROR: cargo $tool is missing: install it (rustup component add ${tool/fmt/rustfmt})" >&2; exit 1; }
+done
+cargo fmt --all --check \
+    || { echo "test: ERROR: the code is not formatted as rustfmt.toml says: run cargo fmt --all" >&2; exit 1; }
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
 phase "building (release; Slurm $ALLOT_DEFAULT_RELEASE)"
 cargo build --release --workspace --locked
 for r in "${releases[@]}"; do

@@ -462,13 +462,7 @@ impl Lines {
 
 /// " (did you mean 'share'?)" when a known word is within two edits.
 fn suggestion(word: &str, known: &[&str]) -> String {
-    known
-        .iter()
-        .map(|k| (strsim::levenshtein(word, k), k))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, k)| format!(" (did you mean '{k}'?)"))
-        .unwrap_or_default()
+    known.iter().map(|k| (strsim::levenshtein(word, k), k)).filter(|(d, _)| *d <= 2).min().map(|(_, k)| format!(" (did you mean '{k}'?)")).unwrap_or_default()
 }
 
 fn valid_name(name: &str) -> bool {
@@ -548,7 +542,11 @@ impl Parser<'_> {
         if parent.is_none() {
             for key in ["clusters", "cluster_shares"] {
                 if table.contains_key(key) {
-                    self.error(Self::key_span(table, key), format!("{field}.{key}"), "the root is the whole lab, on every cluster: fund its children per cluster instead");
+                    self.error(
+                        Self::key_span(table, key),
+                        format!("{field}.{key}"),
+                        "the root is the whole lab, on every cluster: fund its children per cluster instead",
+                    );
                 }
             }
             return (None, shares);
@@ -596,7 +594,11 @@ impl Parser<'_> {
                             shares.insert(cluster.to_lowercase(), s);
                         }
                     },
-                    _ => self.error(span.clone(), f, "must be a positive number, such as 3 or 0.5 (to fund the node on some clusters only, list them in clusters = [...])"),
+                    _ => self.error(
+                        span.clone(),
+                        f,
+                        "must be a positive number, such as 3 or 0.5 (to fund the node on some clusters only, list them in clusters = [...])",
+                    ),
                 }
             }
         }
@@ -650,7 +652,11 @@ impl Parser<'_> {
             Some(Some("gpus")) => Charged::Gpus,
             Some(Some("cpus")) => Charged::Cpus,
             Some(_) => {
-                self.error(Self::key_span(table, "charge"), "cluster.charge", "must be \"gpus\" (the default) or \"cpus\" (a cluster without GPUs: CPUs are charged and shared)");
+                self.error(
+                    Self::key_span(table, "charge"),
+                    "cluster.charge",
+                    "must be \"gpus\" (the default) or \"cpus\" (a cluster without GPUs: CPUs are charged and shared)",
+                );
                 Charged::Gpus
             }
         };
@@ -683,7 +689,11 @@ impl Parser<'_> {
             None => defaults.small_job_gpus,
             Some(Some(n)) if (0..=u32::MAX as i64).contains(&n) => n as u32,
             Some(_) => {
-                self.error(Self::key_span(table, "small_job_gpus"), "cluster.small_job_gpus", "must be a whole number of GPUs, 0 or more (0: no job counts as small)");
+                self.error(
+                    Self::key_span(table, "small_job_gpus"),
+                    "cluster.small_job_gpus",
+                    "must be a whole number of GPUs, 0 or more (0: no job counts as small)",
+                );
                 defaults.small_job_gpus
             }
         };
@@ -806,15 +816,15 @@ impl Parser<'_> {
                     let child = self.node(t, key, child_path, Some(id), depth + 1, key_span);
                     children.push(child);
                 }
-                Some(_) if key.len() > MAX_NAME_CHARS => {
-                    self.error(key_span, format!("{field}.{}...", key.chars().take(16).collect::<String>()), format!("a node name of {} characters is longer than the {MAX_NAME_CHARS} allowed", key.len()))
-                }
-                Some(_) => self.error(key_span, format!("{field}.{key}"), "node names may use only letters, digits, '_' and '-'"),
-                None if item.is_inline_table() => self.error(
+                Some(_) if key.len() > MAX_NAME_CHARS => self.error(
                     key_span,
-                    format!("{field}.{key}"),
-                    format!("write child nodes as their own table, [{field}.{key}], not inline"),
+                    format!("{field}.{}...", key.chars().take(16).collect::<String>()),
+                    format!("a node name of {} characters is longer than the {MAX_NAME_CHARS} allowed", key.len()),
                 ),
+                Some(_) => self.error(key_span, format!("{field}.{key}"), "node names may use only letters, digits, '_' and '-'"),
+                None if item.is_inline_table() => {
+                    self.error(key_span, format!("{field}.{key}"), format!("write child nodes as their own table, [{field}.{key}], not inline"))
+                }
                 None => self.error(
                     key_span,
                     format!("{field}.{key}"),
@@ -829,11 +839,7 @@ impl Parser<'_> {
 
         let is_leaf = children.is_empty() && parent.is_some();
         if is_leaf && accounts.is_empty() {
-            self.error(
-                table.span().or(span.clone()),
-                format!("{field}.accounts"),
-                "a leaf needs accounts = [\"...\"]: the Slurm accounts its jobs charge",
-            );
+            self.error(table.span().or(span.clone()), format!("{field}.accounts"), "a leaf needs accounts = [\"...\"]: the Slurm accounts its jobs charge");
         }
         if !is_leaf && !accounts.is_empty() {
             self.error(
@@ -1017,7 +1023,9 @@ impl BudgetTree {
             if node.effective_share >= MIN_EFFECTIVE_SHARE || parent.effective_share < MIN_EFFECTIVE_SHARE {
                 continue;
             }
-            let largest_id = parent.children.iter().copied().max_by(|&a, &b| self.nodes[a as usize].share.total_cmp(&self.nodes[b as usize].share)).unwrap_or(id as NodeId) as usize;
+            let largest_id =
+                parent.children.iter().copied().max_by(|&a, &b| self.nodes[a as usize].share.total_cmp(&self.nodes[b as usize].share)).unwrap_or(id as NodeId)
+                    as usize;
             let largest = &self.nodes[largest_id];
             let why = if node.effective_share / parent.effective_share < MIN_EFFECTIVE_SHARE {
                 // Scaled by the largest, as the effective shares are: the sum may exceed f64.
@@ -1033,15 +1041,15 @@ impl BudgetTree {
                     p.share_lines.get(largest_id).copied().flatten().unwrap_or(largest.line)
                 )
             } else {
-                format!("the product of its and its ancestors' fractions of their siblings' shares, down {}; fewer levels, or shares of more similar sizes", node.path)
+                format!(
+                    "the product of its and its ancestors' fractions of their siblings' shares, down {}; fewer levels, or shares of more similar sizes",
+                    node.path
+                )
             };
             p.errors.push(BudgetError {
                 line: p.share_lines.get(id).copied().flatten().or(Some(node.line)),
                 field: format!("budget.{}.share", node.path.replace('/', ".")),
-                message: format!(
-                    "the node's effective share of the cluster is {}, below the least allowed, 1e-12: {why}",
-                    rounded(node.effective_share)
-                ),
+                message: format!("the node's effective share of the cluster is {}, below the least allowed, 1e-12: {why}", rounded(node.effective_share)),
             });
         }
         let mut account_line: HashMap<String, (usize, String)> = HashMap::new();
@@ -1093,9 +1101,7 @@ impl BudgetTree {
                     let path = path.replace('.', "/");
                     match self.by_path.get(&path).and_then(|&n| self.nodes[n as usize].leaf) {
                         None => p.error(span, field, format!("'{path}' is not a leaf of the budget tree")),
-                        Some(leaf) if !self.may_charge(user, leaf) => {
-                            p.error(span, field, format!("'{user}' is not a member of '{path}'"))
-                        }
+                        Some(leaf) if !self.may_charge(user, leaf) => p.error(span, field, format!("'{user}' is not a member of '{path}'")),
                         Some(leaf) => {
                             self.default_leaf.insert(user.to_owned(), leaf);
                         }
@@ -1174,10 +1180,7 @@ impl BudgetTree {
     /// ([`BudgetTree::charged_leaf_of_account`]). So a leaf removed and added
     /// again under another name with the same account keeps its usage.
     pub fn charged_leaf_of_run(&self, leaf_path: Option<&str>, account: Option<&str>) -> Option<LeafId> {
-        leaf_path
-            .and_then(|p| self.find(p))
-            .and_then(|n| self.node(n).leaf)
-            .or_else(|| account.and_then(|a| self.charged_leaf_of_account(a)))
+        leaf_path.and_then(|p| self.find(p)).and_then(|n| self.node(n).leaf).or_else(|| account.and_then(|a| self.charged_leaf_of_account(a)))
     }
 
     /// The node a recorded run's usage counts in: its leaf
@@ -1340,23 +1343,62 @@ impl std::error::Error for LeafRefusal {}
 /// One difference between two versions of the budget.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BudgetChange {
-    Added { path: String },
-    Removed { path: String },
-    Share { path: String, old: f64, new: f64 },
-    Owners { path: String, old: Vec<String>, new: Vec<String> },
-    Accounts { path: String, old: Vec<String>, new: Vec<String> },
-    Members { path: String, old: Vec<String>, new: Vec<String> },
-    Description { path: String },
+    Added {
+        path: String,
+    },
+    Removed {
+        path: String,
+    },
+    Share {
+        path: String,
+        old: f64,
+        new: f64,
+    },
+    Owners {
+        path: String,
+        old: Vec<String>,
+        new: Vec<String>,
+    },
+    Accounts {
+        path: String,
+        old: Vec<String>,
+        new: Vec<String>,
+    },
+    Members {
+        path: String,
+        old: Vec<String>,
+        new: Vec<String>,
+    },
+    Description {
+        path: String,
+    },
     /// Its clusters or per-cluster shares ([`BudgetNode::clusters`]), as text.
-    Funding { path: String, old: String, new: String },
-    Setting { name: &'static str, old: String, new: String },
-    DefaultLeaf { user: String, old: Option<String>, new: Option<String> },
+    Funding {
+        path: String,
+        old: String,
+        new: String,
+    },
+    Setting {
+        name: &'static str,
+        old: String,
+        new: String,
+    },
+    DefaultLeaf {
+        user: String,
+        old: Option<String>,
+        new: Option<String>,
+    },
     /// Where the jobs and runs of an account a leaf gave up or lost are
     /// charged now: `to` is the leaf (the account's new one, or the old leaf
     /// that keeps it through the window), `None` if nowhere.
     /// `to: None`: the account's usage in the window counts in `inner`, the
     /// nearest node of the old leaf's path still in the tree (none: the root).
-    AccountCharges { account: String, from: String, to: Option<String>, inner: Option<String> },
+    AccountCharges {
+        account: String,
+        from: String,
+        to: Option<String>,
+        inner: Option<String>,
+    },
 }
 
 impl fmt::Display for BudgetChange {
@@ -1378,29 +1420,21 @@ impl fmt::Display for BudgetChange {
             BudgetChange::Description { path } => write!(f, "~ {} description", p(path)),
             BudgetChange::Funding { path, old, new } => write!(f, "~ {} funded {old} -> {new}", p(path)),
             BudgetChange::Setting { name, old, new } => write!(f, "~ cluster.{name} {old} -> {new}"),
-            BudgetChange::DefaultLeaf { user, old, new } => write!(
-                f,
-                "~ default_leaf.{user} {} -> {}",
-                old.as_deref().unwrap_or("(none)"),
-                new.as_deref().unwrap_or("(none)")
-            ),
+            BudgetChange::DefaultLeaf { user, old, new } => {
+                write!(f, "~ default_leaf.{user} {} -> {}", old.as_deref().unwrap_or("(none)"), new.as_deref().unwrap_or("(none)"))
+            }
             BudgetChange::AccountCharges { account, from, to: Some(to), .. } if to == from => {
                 write!(f, "= account {account}: jobs and runs under it stay charged to {} through the lookback window", p(from))
             }
             BudgetChange::AccountCharges { account, from, to: Some(to), .. } => {
                 write!(f, "= account {account}: the usage of {} in the window moves with it to {}", p(from), p(to))
             }
-            BudgetChange::AccountCharges { account, from, to: None, inner: Some(inner) } => write!(
-                f,
-                "= account {account}: no leaf has it now and {} is gone: its usage in the window counts in {}'s",
-                p(from),
-                p(inner)
-            ),
-            BudgetChange::AccountCharges { account, from, to: None, inner: None } => write!(
-                f,
-                "! account {account}: no leaf has it now and {} is gone: its runs in the window are charged to no budget",
-                p(from)
-            ),
+            BudgetChange::AccountCharges { account, from, to: None, inner: Some(inner) } => {
+                write!(f, "= account {account}: no leaf has it now and {} is gone: its usage in the window counts in {}'s", p(from), p(inner))
+            }
+            BudgetChange::AccountCharges { account, from, to: None, inner: None } => {
+                write!(f, "! account {account}: no leaf has it now and {} is gone: its runs in the window are charged to no budget", p(from))
+            }
         }
     }
 }
@@ -1488,7 +1522,12 @@ impl BudgetTree {
                     (Some(_), Some(_)) => continue,
                 };
                 let inner = if to.is_none() { self.charged_node_of_run(Some(&was.path), None).map(|n| self.node(n).path.clone()) } else { None };
-                out.push(BudgetChange::AccountCharges { account: account.clone(), from: was.path.clone(), to: to.map(|l| self.leaf_node(l).path.clone()), inner });
+                out.push(BudgetChange::AccountCharges {
+                    account: account.clone(),
+                    from: was.path.clone(),
+                    to: to.map(|l| self.leaf_node(l).path.clone()),
+                    inner,
+                });
             }
         }
         out
@@ -1651,7 +1690,11 @@ members = ["*"]
         assert!(BudgetTree::parse(&format!("[budget]\n{}{}", leaf("a", "1e11"), leaf("b", "1"))).is_ok());
         let e = errors(&format!("[budget]\n{}{}", leaf("a", "1e12"), leaf("b", "1")));
         assert_eq!((e.len(), e[0].field.as_str()), (1, "budget.b.share"), "{e:?}");
-        assert!(e[0].message.contains("effective share of the cluster is 9.99999999999e-13, below the least allowed, 1e-12: its share 1 is 9.99999999999e-13 of the sum"), "{e:?}");
+        assert!(
+            e[0].message
+                .contains("effective share of the cluster is 9.99999999999e-13, below the least allowed, 1e-12: its share 1 is 9.99999999999e-13 of the sum"),
+            "{e:?}"
+        );
         // Depth: 1e-5 at each of three levels is 1e-15 of the cluster; only
         // the topmost node below the bound is named.
         let text = "[budget]\n[budget.big]\nshare = 99999\naccounts = [\"big\"]\n\
@@ -1908,7 +1951,10 @@ members = ["*"]
         // while a new submission with it is refused (it is no budget's now).
         // The history of the sync says where each account is charged now.
         let said: Vec<String> = v2.diff(&v1).iter().map(|c| c.to_string()).collect();
-        assert!(said.contains(&"= account tracking: jobs and runs under it stay charged to vision/tracking through the lookback window".to_owned()), "{said:?}");
+        assert!(
+            said.contains(&"= account tracking: jobs and runs under it stay charged to vision/tracking through the lookback window".to_owned()),
+            "{said:?}"
+        );
         assert!(said.contains(&"= account detect3d: the usage of vision/detect3d in the window moves with it to vision/detect3d-v2".to_owned()), "{said:?}");
         let v2 = v2.with_account_history([&v1]);
         assert_eq!(v2.charged_leaf_of_account("Tracking "), Some(tracking));
@@ -1927,7 +1973,10 @@ members = ["*"]
         // An account whose last leaf is gone is charged nowhere, and the sync says so.
         assert_eq!(v3.charged_leaf_of_account("detect3d"), None);
         let said: Vec<String> = v3.diff(&v2).iter().map(|c| c.to_string()).collect();
-        assert!(said.contains(&"= account detect3d: no leaf has it now and vision/detect3d-v2 is gone: its usage in the window counts in vision's".to_owned()), "{said:?}");
+        assert!(
+            said.contains(&"= account detect3d: no leaf has it now and vision/detect3d-v2 is gone: its usage in the window counts in vision's".to_owned()),
+            "{said:?}"
+        );
         assert_eq!(v3.charged_node_of_run(Some("vision/detect3d-v2"), Some("detect3d")), v3.find("vision"));
     }
 }

@@ -52,17 +52,9 @@ pub fn parse_duration(text: &str) -> Result<Seconds, DurationError> {
         return Err(fail("a duration cannot be negative"));
     }
     if s.bytes().all(|b| b.is_ascii_digit()) {
-        return if s.bytes().all(|b| b == b'0') {
-            Ok(0)
-        } else {
-            Err(fail("give a unit, for example 90m, 2h or 45s (a bare number is ambiguous)"))
-        };
+        return if s.bytes().all(|b| b == b'0') { Ok(0) } else { Err(fail("give a unit, for example 90m, 2h or 45s (a bare number is ambiguous)")) };
     }
-    let secs = if s.contains(':') || s.contains('-') {
-        parse_clock(s).map_err(fail)?
-    } else {
-        parse_units(s).map_err(fail)?
-    };
+    let secs = if s.contains(':') || s.contains('-') { parse_clock(s).map_err(fail)? } else { parse_units(s).map_err(fail)? };
     if secs > MAX_DURATION {
         return Err(fail("it is longer than ten years"));
     }
@@ -92,10 +84,7 @@ fn parse_units(s: &str) -> Result<Seconds, &'static str> {
         }
         let value = number(&rest[..digits_end])?;
         let unit = rest[digits_end..].chars().next().ok_or("the last number has no unit (use d, h, m or s)")?;
-        let index = UNITS
-            .iter()
-            .position(|(u, _)| *u == unit.to_ascii_lowercase())
-            .ok_or("units are d, h, m and s")?;
+        let index = UNITS.iter().position(|(u, _)| *u == unit.to_ascii_lowercase()).ok_or("units are d, h, m and s")?;
         if index < next_unit {
             return Err("units must go from largest to smallest, each at most once (1h30m, not 30m1h)");
         }

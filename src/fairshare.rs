@@ -427,7 +427,16 @@ mod tests {
 
     #[test]
     fn a_standing_reads_as_a_percentage_of_the_share_and_a_place() {
-        let cases = [(0.0, "0%"), (0.00496, "0.50%"), (0.001, "0.10%"), (0.00022, "0.022%"), (0.01389, "1.4%"), (0.0996, "10%"), (1.254, "125%"), (3e-13, "0.000000000030%")];
+        let cases = [
+            (0.0, "0%"),
+            (0.00496, "0.50%"),
+            (0.001, "0.10%"),
+            (0.00022, "0.022%"),
+            (0.01389, "1.4%"),
+            (0.0996, "10%"),
+            (1.254, "125%"),
+            (3e-13, "0.000000000030%"),
+        ];
         for (ratio, text) in cases {
             assert_eq!(percent_of_share(ratio), text, "ratio {ratio}");
         }
@@ -446,7 +455,26 @@ mod tests {
     fn ratio_key_at_the_edges() {
         // Where the fast path (a signed conversion) hands over: 2^63, scaled.
         let two_63 = 2f64.powi(63) / RATIO_SCALE;
-        for ratio in [0.0, -0.0, 0.5e-9, 1.5e-9, 2.5e-9, (0.5e-9f64).next_down(), (2.5e-9f64).next_up(), f64::INFINITY, f64::NEG_INFINITY, f64::NAN, f64::MAX, 1e10, 9.007199254740993e6, -3.0, two_63, two_63.next_down(), two_63.next_up(), 2f64.powi(64) / RATIO_SCALE] {
+        for ratio in [
+            0.0,
+            -0.0,
+            0.5e-9,
+            1.5e-9,
+            2.5e-9,
+            (0.5e-9f64).next_down(),
+            (2.5e-9f64).next_up(),
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::NAN,
+            f64::MAX,
+            1e10,
+            9.007199254740993e6,
+            -3.0,
+            two_63,
+            two_63.next_down(),
+            two_63.next_up(),
+            2f64.powi(64) / RATIO_SCALE,
+        ] {
             assert_eq!(ratio_key(ratio), (ratio * RATIO_SCALE).round() as u64, "ratio {ratio}");
         }
     }
@@ -498,7 +526,10 @@ accounts = ["b"]
     fn usage_of_a_removed_leaf_stays_in_its_parent() {
         // vision (two teams) and nlp, equal shares; vision's second team was
         // removed, with its account, after using the cluster.
-        let t = BudgetTree::parse("[budget]\n[budget.vision]\nshare = 1\n[budget.vision.a]\nshare = 1\naccounts = [\"a\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n").unwrap();
+        let t = BudgetTree::parse(
+            "[budget]\n[budget.vision]\nshare = 1\n[budget.vision.a]\nshare = 1\naccounts = [\"a\"]\n[budget.nlp]\nshare = 1\naccounts = [\"nlp\"]\n",
+        )
+        .unwrap();
         let vision = t.find("vision").unwrap();
         let leaf = |p: &str| t.node(t.find(p).unwrap()).leaf.unwrap();
         assert_eq!(t.charged_node_of_run(Some("vision/gone"), Some("gone")), Some(vision));

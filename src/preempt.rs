@@ -245,12 +245,9 @@ impl fmt::Display for PreemptDecision {
                 preemptor.as_str(),
                 preemptee.as_str()
             ),
-            PreemptDecision::NoSameLeafNotHigher { preemptee, preemptor } => write!(
-                f,
-                "same budget: the waiting job's priority {} is not above the running job's {}",
-                preemptor.as_str(),
-                preemptee.as_str()
-            ),
+            PreemptDecision::NoSameLeafNotHigher { preemptee, preemptor } => {
+                write!(f, "same budget: the waiting job's priority {} is not above the running job's {}", preemptor.as_str(), preemptee.as_str())
+            }
             PreemptDecision::NoSameLeafLongerGuarantee { preemptee_min_runtime, preemptor_min_runtime } => write!(
                 f,
                 "same budget: the waiting job declares a longer minimum runtime ({preemptor_min_runtime} s) than the running job's ({preemptee_min_runtime} s)"
@@ -488,7 +485,10 @@ mod tests {
     use crate::contract::PriorityLevel;
 
     fn tree() -> BudgetTree {
-        BudgetTree::parse("[cluster]\nlookback=\"10h\"\npreempt_margin=0.1\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n").unwrap()
+        BudgetTree::parse(
+            "[cluster]\nlookback=\"10h\"\npreempt_margin=0.1\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n",
+        )
+        .unwrap()
     }
 
     fn contract(min_runtime: i64) -> Contract {

@@ -370,7 +370,6 @@ proptest! {
     }
 }
 
-
 fn arb_level() -> impl Strategy<Value = PriorityLevel> {
     prop::sample::select(vec![PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High])
 }

@@ -21,13 +21,28 @@ const NOW: i64 = 1_800_000_000;
 const WINDOW_RUNS: u32 = 100_000;
 
 fn snapshot(tree: &BudgetTree, at: i64) -> UsageSnapshot {
-    let leaves = tree.leaves.iter().enumerate().map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: 3_600 * (i as i64 % 97), unallocated: i as i64 % 13 }).collect();
+    let leaves = tree
+        .leaves
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: 3_600 * (i as i64 % 97), unallocated: i as i64 % 13 })
+        .collect();
     UsageSnapshot { computed_at: at, budget_version: 1, capacity_gpus: 4_096, leaves }
 }
 
 fn run(tree: &BudgetTree, job_id: u32, start: i64) -> RunRow {
     let leaf = tree.node(tree.leaves[job_id as usize % tree.leaves.len()]).path.clone();
-    RunRow { job_id, run_start: start, run_end: Some(start + 600), leaf: Some(leaf.clone()), account: Some(leaf), user: Some("u".into()), gpus: 1 + job_id % 8, allocated: true, end_reason: Some("completed".into()) }
+    RunRow {
+        job_id,
+        run_start: start,
+        run_end: Some(start + 600),
+        leaf: Some(leaf.clone()),
+        account: Some(leaf),
+        user: Some("u".into()),
+        gpus: 1 + job_id % 8,
+        allocated: true,
+        end_reason: Some("completed".into()),
+    }
 }
 
 /// One recompute period's write, as the priority plugin makes it.
@@ -49,7 +64,16 @@ fn period(tree: &BudgetTree, round: u32, at: i64) -> Period {
                 gpus: Some(2),
             })
             .collect(),
-        demand: (0..200).map(|i| DemandRow { leaf: tree.node(tree.leaves[i]).path.clone(), at, pending_allocated: 8, pending_unallocated: 0, running_allocated: 4, running_unallocated: 0 }).collect(),
+        demand: (0..200)
+            .map(|i| DemandRow {
+                leaf: tree.node(tree.leaves[i]).path.clone(),
+                at,
+                pending_allocated: 8,
+                pending_unallocated: 0,
+                running_allocated: 4,
+                running_unallocated: 0,
+            })
+            .collect(),
         snapshot: Some(snapshot(tree, at)),
         ..Default::default()
     }

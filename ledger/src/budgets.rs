@@ -1,7 +1,7 @@
 //! Budget versions: append-only history of every synced budget file.
 
-use allot::budget::BudgetTree;
 use crate::db::{params, Conn, DbError, DbResult, Row};
+use allot::budget::BudgetTree;
 
 use crate::{Ledger, Result};
 
@@ -72,8 +72,10 @@ impl Ledger {
         authorize: impl FnOnce(Option<Replaced<'_>>) -> std::result::Result<(), String>,
     ) -> Result<SyncOutcome> {
         self.write(|c| {
-            let current: Option<(i64, String)> =
-                c.row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", &[])?.map(|r| Ok::<_, DbError>((r.get(0)?, r.get(1)?))).transpose()?;
+            let current: Option<(i64, String)> = c
+                .row("SELECT version, toml FROM budget_versions ORDER BY version DESC LIMIT 1", &[])?
+                .map(|r| Ok::<_, DbError>((r.get(0)?, r.get(1)?)))
+                .transpose()?;
             if let Some((version, text)) = &current {
                 if text == toml {
                     return Ok(SyncOutcome::Unchanged { version: *version });
@@ -101,7 +103,16 @@ impl Ledger {
             for node in &tree.nodes {
                 c.exec(
                     "INSERT INTO budget_nodes (version, path, share, effective_share, is_leaf, owners, accounts, members) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    params![version, &node.path, node.share, node.effective_share, node.is_leaf(), join(&node.owners), join(&node.accounts), join(&node.members)],
+                    params![
+                        version,
+                        &node.path,
+                        node.share,
+                        node.effective_share,
+                        node.is_leaf(),
+                        join(&node.owners),
+                        join(&node.accounts),
+                        join(&node.members)
+                    ],
                 )?;
             }
             Ok(SyncOutcome::Written { version, changes })
@@ -110,7 +121,9 @@ impl Ledger {
 
     /// The newest budget version, if any was ever synced.
     pub fn current_budget(&self) -> Result<Option<BudgetVersion>> {
-        self.read(|c| c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?.as_ref().map(row_to_version).transpose())
+        self.read(|c| {
+            c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?.as_ref().map(row_to_version).transpose()
+        })
     }
 
     /// The newest version number, cheaply: lets a reader skip re-reading an
@@ -121,7 +134,9 @@ impl Ledger {
 
     /// One version by number.
     pub fn budget_version(&self, version: i64) -> Result<Option<BudgetVersion>> {
-        self.read(|c| c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions WHERE version = ?"), params![version])?.as_ref().map(row_to_version).transpose())
+        self.read(|c| {
+            c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions WHERE version = ?"), params![version])?.as_ref().map(row_to_version).transpose()
+        })
     }
 
     /// Every version, newest first.
@@ -161,7 +176,12 @@ impl Ledger {
     /// The newest version and its node rows, read as one snapshot.
     pub fn current_budget_with_nodes(&self) -> Result<Option<(BudgetVersion, Vec<NodeRow>)>> {
         self.read(|c| {
-            let Some(v) = c.row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?.as_ref().map(row_to_version).transpose()? else {
+            let Some(v) = c
+                .row(&format!("SELECT {VERSION_COLUMNS} FROM budget_versions ORDER BY version DESC LIMIT 1"), &[])?
+                .as_ref()
+                .map(row_to_version)
+                .transpose()?
+            else {
                 return Ok(None);
             };
             let nodes = nodes_of(c, v.version)?;

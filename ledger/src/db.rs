@@ -215,10 +215,13 @@ impl Conn {
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
             let group = format!("({})", vec!["?"; width].join(", "));
             let sql = format!("{head} {} {tail}", vec![group.as_str(); chunk.len()].join(", "));
-            let params: Vec<Value> = chunk.iter().flat_map(|r| {
-                debug_assert_eq!(r.len(), width);
-                r.iter().cloned()
-            }).collect();
+            let params: Vec<Value> = chunk
+                .iter()
+                .flat_map(|r| {
+                    debug_assert_eq!(r.len(), width);
+                    r.iter().cloned()
+                })
+                .collect();
             affected += self.exec(&sql, &params)?;
         }
         Ok(affected)

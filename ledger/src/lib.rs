@@ -31,9 +31,9 @@ mod snapshot;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-use db::{params, Conn, Dialect};
 pub use db::DbError;
 use db::DbResult;
+use db::{params, Conn, Dialect};
 pub use location::{Location, ServerLocation, BOTH_LEDGER_KEYS};
 
 pub use budgets::{BudgetVersion, Replaced, SyncOutcome};
@@ -576,7 +576,9 @@ impl Ledger {
             for (i, statements) in SERVER_MIGRATIONS.iter().enumerate().take(to).skip(found) {
                 for sql in *statements {
                     self.conn.exec(sql, &[]).map_err(|e| match e {
-                        DbError::Server(source) => LedgerError::Migration { path: self.path.clone(), source: MigrationError::Server { version: i + 1, source } },
+                        DbError::Server(source) => {
+                            LedgerError::Migration { path: self.path.clone(), source: MigrationError::Server { version: i + 1, source } }
+                        }
                         e => (self.err())(e),
                     })?;
                 }
@@ -666,7 +668,8 @@ impl Ledger {
     /// a server.)
     pub fn no_checkpoint_on_close(&self) -> Result<()> {
         if let Conn::Sqlite(c) = &self.conn {
-            c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(|source| LedgerError::Sqlite { path: self.path.clone(), source })?;
+            c.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+                .map_err(|source| LedgerError::Sqlite { path: self.path.clone(), source })?;
         }
         Ok(())
     }
@@ -830,12 +833,16 @@ impl Ledger {
             Dialect::MySql => {
                 let rows = self
                     .conn
-                    .rows("CHECK TABLE budget_versions, budget_nodes, runs, contracts, usage_snapshot, usage_snapshot_meta, events, ledger_identity, demand", &[])
+                    .rows(
+                        "CHECK TABLE budget_versions, budget_nodes, runs, contracts, usage_snapshot, usage_snapshot_meta, events, ledger_identity, demand",
+                        &[],
+                    )
                     .map_err(self.err())?;
                 // Columns: Table, Op, Msg_type, Msg_text; one "status OK" per table.
                 let mut problems = Vec::new();
                 for r in rows {
-                    let (table, kind, text) = (r.get::<String>(0).map_err(self.err())?, r.get::<String>(2).map_err(self.err())?, r.get::<String>(3).map_err(self.err())?);
+                    let (table, kind, text) =
+                        (r.get::<String>(0).map_err(self.err())?, r.get::<String>(2).map_err(self.err())?, r.get::<String>(3).map_err(self.err())?);
                     if !(kind == "status" && text == "OK") && kind != "note" {
                         problems.push(format!("{table}: {kind}: {text}"));
                     }

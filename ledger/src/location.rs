@@ -159,7 +159,11 @@ impl ServerLocation {
                 }
                 // What the client understands (see the mysql crate's Opts::from_url).
                 "socket" | "prefer_socket" | "tcp_nodelay" | "compress" | "stmt_cache_size" => kept.push((key.into_owned(), value.into_owned())),
-                other => return Err(format!("ledger URL '{shown}': unknown parameter '{other}' (known: password_file, socket, prefer_socket, tcp_nodelay, compress, stmt_cache_size)")),
+                other => {
+                    return Err(format!(
+                    "ledger URL '{shown}': unknown parameter '{other}' (known: password_file, socket, prefer_socket, tcp_nodelay, compress, stmt_cache_size)"
+                ))
+                }
             }
         }
         let mut client = url.clone();
@@ -218,7 +222,10 @@ fn read_password(file: &Path, writable: bool) -> Result<String, String> {
     }
     let text = std::fs::read_to_string(file).map_err(|e| {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
-            format!("the ledger's password file {}: permission denied (a server ledger is opened by root or the Slurm user, or with a read-only account's file)", file.display())
+            format!(
+                "the ledger's password file {}: permission denied (a server ledger is opened by root or the Slurm user, or with a read-only account's file)",
+                file.display()
+            )
         } else {
             format!("the ledger's password file {}: {e}", file.display())
         }

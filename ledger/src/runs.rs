@@ -1,10 +1,10 @@
 //! Runs (occupancy intervals), contracts and events, written by the
 //! priority plugin once per period in one transaction.
 
-use allot::occupancy::Interval;
 use crate::db::{params, DbResult, Dialect, Row, Value};
 use crate::snapshot::UsageSnapshot;
 use crate::{Ledger, Result};
+use allot::occupancy::Interval;
 
 /// One run of one job.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -312,7 +312,9 @@ impl Ledger {
     /// Every run of one job, oldest first.
     pub fn runs_of_job(&self, job_id: u32) -> Result<Vec<RunRow>> {
         let (only, p) = self.cluster_filter("");
-        self.read(|c| collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}job_id = ? ORDER BY run_start"), &with(p, params![job_id]))?, row_to_run))
+        self.read(|c| {
+            collect(c.rows(&format!("SELECT {RUN_COLUMNS} FROM runs WHERE {only}job_id = ? ORDER BY run_start"), &with(p, params![job_id]))?, row_to_run)
+        })
     }
 
     /// The contract of `job_id`. For the lab, of the first cluster that
@@ -320,7 +322,9 @@ impl Ledger {
     pub fn contract(&self, job_id: u32) -> Result<Option<ContractRow>> {
         let (only, p) = self.cluster_filter("");
         self.read(|c| {
-            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE {only}job_id = ? ORDER BY cluster"), &with(p, params![job_id]))?.map(|r| Ok(row_to_contract(&r)?.0)).transpose()
+            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE {only}job_id = ? ORDER BY cluster"), &with(p, params![job_id]))?
+                .map(|r| Ok(row_to_contract(&r)?.0))
+                .transpose()
         })
     }
 
@@ -333,7 +337,8 @@ impl Ledger {
     /// [`Ledger::contracts_submitted`], each with its cluster.
     pub fn contracts_submitted_by_cluster(&self, from: i64, to: i64) -> Result<Vec<(String, ContractRow, Option<i64>)>> {
         let (only, p) = self.cluster_filter("");
-        let sql = format!("SELECT {CONTRACT_COLUMNS}, cluster FROM contracts WHERE {only}submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id, cluster");
+        let sql =
+            format!("SELECT {CONTRACT_COLUMNS}, cluster FROM contracts WHERE {only}submit_time >= ? AND submit_time < ? ORDER BY submit_time, job_id, cluster");
         self.read(|c| {
             collect(c.rows(&sql, &with(p, params![from, to]))?, |r| {
                 let (contract, end) = row_to_contract(r)?;
@@ -345,7 +350,11 @@ impl Ledger {
     /// The contract of job `job_id` of cluster `cluster` (whatever this
     /// connection's scope).
     pub fn contract_in(&self, cluster: &str, job_id: u32) -> Result<Option<ContractRow>> {
-        self.read(|c| c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE cluster = ? AND job_id = ?"), params![cluster, job_id])?.map(|r| Ok(row_to_contract(&r)?.0)).transpose())
+        self.read(|c| {
+            c.row(&format!("SELECT {CONTRACT_COLUMNS} FROM contracts WHERE cluster = ? AND job_id = ?"), params![cluster, job_id])?
+                .map(|r| Ok(row_to_contract(&r)?.0))
+                .transpose()
+        })
     }
 
     /// Jobs waiting as the ledger last heard: recorded with schema 3 or
@@ -411,7 +420,8 @@ impl Ledger {
     /// one, unless the lab's clusters reused the id.
     pub fn clusters_of_job(&self, job_id: u32) -> Result<Vec<String>> {
         self.read(|c| {
-            let rows = c.rows("SELECT cluster FROM contracts WHERE job_id = ? UNION SELECT cluster FROM runs WHERE job_id = ? ORDER BY 1", params![job_id, job_id])?;
+            let rows =
+                c.rows("SELECT cluster FROM contracts WHERE job_id = ? UNION SELECT cluster FROM runs WHERE job_id = ? ORDER BY 1", params![job_id, job_id])?;
             rows.iter().map(|r| r.get::<String>(0)).collect()
         })
     }
@@ -419,7 +429,12 @@ impl Ledger {
     /// Events of one job, oldest first.
     pub fn events_of_job(&self, job_id: u32) -> Result<Vec<EventRow>> {
         let (only, p) = self.cluster_filter("");
-        self.read(|c| collect(c.rows(&format!("SELECT at, job_id, kind, detail FROM events WHERE {only}job_id = ? ORDER BY id"), &with(p, params![job_id]))?, row_to_event))
+        self.read(|c| {
+            collect(
+                c.rows(&format!("SELECT at, job_id, kind, detail FROM events WHERE {only}job_id = ? ORDER BY id"), &with(p, params![job_id]))?,
+                row_to_event,
+            )
+        })
     }
 
     /// Charged (allocated) GPU-seconds per leaf path over `[from, to]`, from
@@ -490,8 +505,16 @@ mod tests {
         // Reported ended (the 0-s run), then the next run, ended or open, in either order.
         for updates in [
             vec![RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Open(ended(1, 100, 160))],
-            vec![RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() }],
-            vec![RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Open(ended(1, 100, 100)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() }],
+            vec![
+                RunUpdate::Open(ended(1, 100, 100)),
+                RunUpdate::Open(run(1, 100, 2, true)),
+                RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() },
+            ],
+            vec![
+                RunUpdate::Open(run(1, 100, 2, true)),
+                RunUpdate::Open(ended(1, 100, 100)),
+                RunUpdate::Close { job_id: 1, run_start: 100, run_end: 160, reason: "x".into() },
+            ],
         ] {
             // In one period, and one update per period (as when writes failed and resumed).
             for split in [false, true] {
@@ -595,7 +618,10 @@ mod tests {
         };
         for (l, gpus, leaf_gpus, end) in [(&mut alpha, 8, 2, 200), (&mut beta, 4, 1, 300)] {
             let period = Period {
-                runs: vec![RunUpdate::Open(run(1, 100, leaf_gpus, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: end, reason: "completed".into() }],
+                runs: vec![
+                    RunUpdate::Open(run(1, 100, leaf_gpus, true)),
+                    RunUpdate::Close { job_id: 1, run_start: 100, run_end: end, reason: "completed".into() },
+                ],
                 contracts: vec![contract(1, 90, leaf_gpus)],
                 demand: vec![demand("a", 100, leaf_gpus, 0)],
                 events: vec![EventRow { at: 150, job_id: 1, kind: "preempted".into(), detail: format!("{gpus}") }],
@@ -642,10 +668,7 @@ mod tests {
             ("beta".to_owned(), demand("b", 100, 1, 0)),
         ];
         let sums: Vec<_> = sum_demand_over_clusters(rows).iter().map(|d| (d.leaf.clone(), d.at, d.pending_allocated, d.running_allocated)).collect();
-        assert_eq!(
-            sums,
-            vec![("a".into(), 100, 4, 0), ("a".into(), 150, 6, 0), ("a".into(), 200, 2, 1), ("b".into(), 100, 2, 0)]
-        );
+        assert_eq!(sums, vec![("a".into(), 100, 4, 0), ("a".into(), 150, 6, 0), ("a".into(), 200, 2, 1), ("b".into(), 100, 2, 0)]);
     }
 
     /// A ledger of schema 3 (one cluster, rows of no cluster) migrates, and

@@ -67,14 +67,17 @@ impl UsageSnapshot {
     /// leaf (the usage of removed leaves, counted in their nearest surviving
     /// ancestor: `allot::fairshare::Ranking::compute_with_orphans`).
     pub fn orphans_for(&self, tree: &BudgetTree) -> Vec<(allot::budget::NodeId, i64)> {
-        self.leaves
-            .iter()
-            .filter_map(|l| tree.find(&l.leaf).filter(|&n| tree.node(n).leaf.is_none()).map(|n| (n, l.charged)))
-            .collect()
+        self.leaves.iter().filter_map(|l| tree.find(&l.leaf).filter(|&n| tree.node(n).leaf.is_none()).map(|n| (n, l.charged))).collect()
     }
 
     pub fn ranking(&self, tree: &BudgetTree) -> Ranking {
-        Ranking::compute_with_orphans(tree, &self.charged_for(tree), &self.orphans_for(tree), tree.settings.gpus.unwrap_or(self.capacity_gpus), self.computed_at)
+        Ranking::compute_with_orphans(
+            tree,
+            &self.charged_for(tree),
+            &self.orphans_for(tree),
+            tree.settings.gpus.unwrap_or(self.capacity_gpus),
+            self.computed_at,
+        )
     }
 }
 
@@ -133,7 +136,11 @@ impl Ledger {
     /// `None` when there is none (or for an unscoped connection).
     pub fn usage_of_other_clusters(&self, fresh_since: i64) -> Result<Option<UsageSnapshot>> {
         let Some(own) = self.cluster() else { return Ok(None) };
-        let others: Vec<UsageSnapshot> = self.snapshots_where("cluster <> ? AND cluster <> '' AND computed_at >= ?", vec![own.into(), fresh_since.into()])?.into_iter().map(|(_, s)| s).collect();
+        let others: Vec<UsageSnapshot> = self
+            .snapshots_where("cluster <> ? AND cluster <> '' AND computed_at >= ?", vec![own.into(), fresh_since.into()])?
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect();
         Ok(UsageSnapshot::sum(&others))
     }
 
@@ -149,7 +156,8 @@ impl Ledger {
     fn snapshots_where(&self, condition: &str, p: Vec<crate::db::Value>) -> Result<Vec<(String, UsageSnapshot)>> {
         let where_ = format!("WHERE {condition}");
         self.read(|c| {
-            let metas = c.rows(&format!("SELECT cluster, computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta {where_} ORDER BY cluster"), &p)?;
+            let metas =
+                c.rows(&format!("SELECT cluster, computed_at, budget_version, capacity_gpus FROM usage_snapshot_meta {where_} ORDER BY cluster"), &p)?;
             let mut out = Vec::with_capacity(metas.len());
             for meta in metas {
                 let cluster: String = meta.get(0)?;

@@ -151,4 +151,3 @@ impl Drop for MariaDb {
         let _ = child.wait();
     }
 }
-

@@ -67,10 +67,7 @@ fn readers_never_see_torn_writes() {
                     end_reason: None,
                 };
                 let period = Period {
-                    runs: vec![
-                        RunUpdate::Open(run),
-                        RunUpdate::Close { job_id: (t - 1) as u32, run_start: t - 1, run_end: t, reason: "completed".into() },
-                    ],
+                    runs: vec![RunUpdate::Open(run), RunUpdate::Close { job_id: (t - 1) as u32, run_start: t - 1, run_end: t, reason: "completed".into() }],
                     snapshot: Some(UsageSnapshot { computed_at: t, budget_version: 1, capacity_gpus: 8, leaves }),
                     ..Default::default()
                 };

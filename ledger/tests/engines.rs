@@ -48,7 +48,17 @@ impl Engine {
 const V1: &str = "[budget]\nowners=[\"boss\"]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
 
 fn run(job_id: u32, start: i64, gpus: u32, allocated: bool) -> RunRow {
-    RunRow { job_id, run_start: start, run_end: None, leaf: Some("a".into()), account: Some("a".into()), user: Some("u".into()), gpus, allocated, end_reason: None }
+    RunRow {
+        job_id,
+        run_start: start,
+        run_end: None,
+        leaf: Some("a".into()),
+        account: Some("a".into()),
+        user: Some("u".into()),
+        gpus,
+        allocated,
+        end_reason: None,
+    }
 }
 
 fn contract(job_id: u32, submit_time: i64, gpus: u32) -> ContractRow {
@@ -161,7 +171,14 @@ fn contracts_keep_the_first_submission_and_the_last_end(e: &Engine) {
 
 fn demand_snapshot_events_and_identity(e: &Engine) {
     let mut l = e.writer();
-    let d = |leaf: &str, at, pending| DemandRow { leaf: leaf.into(), at, pending_allocated: pending, pending_unallocated: 1, running_allocated: 0, running_unallocated: 0 };
+    let d = |leaf: &str, at, pending| DemandRow {
+        leaf: leaf.into(),
+        at,
+        pending_allocated: pending,
+        pending_unallocated: 1,
+        running_allocated: 0,
+        running_unallocated: 0,
+    };
     let snapshot = |at| UsageSnapshot {
         computed_at: at,
         budget_version: 1,
@@ -202,7 +219,10 @@ fn text_compares_byte_for_byte(e: &Engine) {
     // 'B' and 'b' are two leaves, not one (a case-insensitive collation
     // would merge them), and 'é' comes back as written.
     assert_eq!(l.charged_by_leaf(0, 10).unwrap(), vec![("B".to_owned(), 10), ("b".to_owned(), 10)]);
-    l.record_period(&Period { events: vec![EventRow { at: 1, job_id: 1, kind: "note".into(), detail: "équipe ünïcode 🚀".into() }], ..Default::default() }).unwrap();
+    l.record_period(&Period {
+        events: vec![EventRow { at: 1, job_id: 1, kind: "note".into(), detail: "équipe ünïcode 🚀".into() }], ..Default::default()
+    })
+    .unwrap();
     assert_eq!(l.events_of_job(1).unwrap()[0].detail, "équipe ünïcode 🚀");
 }
 
@@ -230,13 +250,25 @@ fn two_writers_at_once_write_every_version_once(e: &Engine) {
 /// Two clusters write one ledger: job 1 of each is its own job, each reads
 /// its own rows, and the unscoped (lab) reader sums them.
 fn two_clusters_share_one_ledger(e: &Engine) {
-    let snapshot = |gpus, charged| UsageSnapshot { computed_at: 500, budget_version: 1, capacity_gpus: gpus, leaves: vec![LeafUsage { leaf: "a".into(), charged, unallocated: 0 }] };
+    let snapshot = |gpus, charged| UsageSnapshot {
+        computed_at: 500,
+        budget_version: 1,
+        capacity_gpus: gpus,
+        leaves: vec![LeafUsage { leaf: "a".into(), charged, unallocated: 0 }],
+    };
     for (cluster, gpus, end) in [("alpha", 8, 200), ("beta", 4, 300)] {
         let mut l = e.writer().for_cluster(Some(cluster)).unwrap();
         l.record_period(&Period {
             runs: vec![RunUpdate::Open(run(1, 100, 2, true)), RunUpdate::Close { job_id: 1, run_start: 100, run_end: end, reason: "completed".into() }],
             contracts: vec![contract(1, 90, 2)],
-            demand: vec![DemandRow { leaf: "a".into(), at: 100, pending_allocated: gpus, pending_unallocated: 0, running_allocated: 0, running_unallocated: 0 }],
+            demand: vec![DemandRow {
+                leaf: "a".into(),
+                at: 100,
+                pending_allocated: gpus,
+                pending_unallocated: 0,
+                running_allocated: 0,
+                running_unallocated: 0,
+            }],
             job_ends: vec![JobEnd { job_id: 1, at: end }],
             snapshot: Some(snapshot(gpus, 100 * i64::from(gpus))),
             ..Default::default()

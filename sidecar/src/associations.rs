@@ -248,7 +248,12 @@ pub fn apply(plan: &Plan) -> anyhow::Result<()> {
     let existing = parse_existing(&listed);
     let (commands, extra) = missing(plan, &existing);
     if commands.is_empty() {
-        println!("cluster {}: every account and association the budget needs is there ({} accounts, {} users)", plan.cluster, plan.accounts.len(), plan.users.len());
+        println!(
+            "cluster {}: every account and association the budget needs is there ({} accounts, {} users)",
+            plan.cluster,
+            plan.accounts.len(),
+            plan.users.len()
+        );
     }
     for args in &commands {
         let mut full = vec!["-i".to_owned()];
@@ -352,7 +357,10 @@ members = ["*"]
         );
         // alice may not charge teamb: named, not removed.
         assert_eq!(extra, [("alice".to_owned(), "teamb".to_owned())]);
-        let (again, _) = missing(&p, &parse_existing("teama|\nteama-gpu|\nteamb|\nguest|\nteama|alice\nteama-gpu|alice\nteamb|bob\nteama|dave\nteama-gpu|dave\nteamb|dave\n"));
+        let (again, _) = missing(
+            &p,
+            &parse_existing("teama|\nteama-gpu|\nteamb|\nguest|\nteama|alice\nteama-gpu|alice\nteamb|bob\nteama|dave\nteama-gpu|dave\nteamb|dave\n"),
+        );
         assert!(again.is_empty(), "{again:?}");
     }
 

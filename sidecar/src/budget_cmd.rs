@@ -89,13 +89,7 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
     let ranking = if is_current { ledger.ranked_usage(&tree)?.map(|s| (s.ranking(&tree), s.computed_at)) } else { None };
 
     let s = &tree.settings;
-    println!(
-        "budget version {} synced {} by {} from {}",
-        v.version,
-        crate::format_time(v.synced_at),
-        v.author,
-        v.source
-    );
+    println!("budget version {} synced {} by {} from {}", v.version, crate::format_time(v.synced_at), v.author, v.source);
     println!(
         "cluster: GPUs {}, lookback {}, min_runtime cap {}, default min_runtime {}, grace {}, preempt margin {}",
         s.gpus.map(|g| g.to_string()).unwrap_or_else(|| "counted by Slurm".into()),
@@ -120,7 +114,8 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
         println!("usage: window ending {} (USED = the part of its share used over the window; RANK = fair-share order of leaves)", crate::format_time(*at));
     }
     println!();
-    let mut rows: Vec<[String; 6]> = vec![["NODE".into(), "SHARE".into(), "CLUSTER".into(), "USED".into(), "RANK".into(), "OWNERS / ACCOUNTS / MEMBERS".into()]];
+    let mut rows: Vec<[String; 6]> =
+        vec![["NODE".into(), "SHARE".into(), "CLUSTER".into(), "USED".into(), "RANK".into(), "OWNERS / ACCOUNTS / MEMBERS".into()]];
     let mut stack: Vec<(NodeId, String, bool)> = vec![(start, String::new(), true)];
     let top_depth = tree.node(start).depth;
     while let Some((id, prefix, last)) = stack.pop() {
@@ -128,10 +123,7 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
         let branch = if n.depth == top_depth { String::new() } else { format!("{prefix}{}", if last { "└─ " } else { "├─ " }) };
         let label = if n.path.is_empty() { "(root)".to_owned() } else { n.name.clone() };
         let (used, rank) = match &ranking {
-            Some((r, _)) => (
-                r.standings[id as usize].share_used_text(),
-                n.leaf.map(|l| (r.leaf_rank[l as usize] + 1).to_string()).unwrap_or_default(),
-            ),
+            Some((r, _)) => (r.standings[id as usize].share_used_text(), n.leaf.map(|l| (r.leaf_rank[l as usize] + 1).to_string()).unwrap_or_default()),
             None => (String::new(), String::new()),
         };
         let mut who = n.owners.join(",");

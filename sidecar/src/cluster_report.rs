@@ -34,12 +34,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
+use allot::budget::BudgetTree;
 use allot::contract::{Contract, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
 use allot::preempt::{PreemptRules, WaitingJob};
 use allot_ledger::Ledger;
-use allot::budget::BudgetTree;
-use allot_sim::metrics::{bucketed, hourly, human, owed_by_node, owed_by_node_and_bucket, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
+use allot_sim::metrics::{
+    bucketed, hourly, human, owed_by_node, owed_by_node_and_bucket, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES,
+};
 use allot_sim::plot::{self, Buckets, SharePanel};
 use anyhow::{anyhow, Context};
 use serde::Serialize;
@@ -301,7 +303,9 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
             }
         }
         preemptions += 1;
-        let run = runs_of.get(&(cluster.as_str(), e.job_id)).and_then(|rs| rs.iter().copied().find(|r| r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at)));
+        let run = runs_of
+            .get(&(cluster.as_str(), e.job_id))
+            .and_then(|rs| rs.iter().copied().find(|r| r.run_start <= e.at && r.run_end.is_none_or(|end| end >= e.at)));
         let f = facts.get(&(cluster.clone(), e.job_id));
         of_unallocated += usize::from(f.is_some_and(|f| !f.allocated) || run.is_some_and(|r| !r.allocated));
         let run_lost = match (f, run) {
@@ -329,7 +333,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         out
     };
     let demand_leaf: Vec<i64> = demand.iter().map(|h| h.iter().sum::<f64>() as i64).collect();
-    let (node_delivered, node_charged, node_unallocated, node_demand) = (node_sum(&delivered), node_sum(&charged), node_sum(&unallocated), node_sum(&demand_leaf));
+    let (node_delivered, node_charged, node_unallocated, node_demand) =
+        (node_sum(&delivered), node_sum(&charged), node_sum(&unallocated), node_sum(&demand_leaf));
     let mut node_waits: Vec<Vec<i64>> = vec![Vec::new(); n];
     for (leaf, &node) in tree.leaves.iter().enumerate() {
         for id in tree.path_ids(node) {
@@ -425,7 +430,12 @@ pub fn draw_shares(dir: &Path, font: &plot::Font, report: &ClusterReport, t: &Ti
     let nodes: Vec<u32> = match under {
         None => tree.leaves.clone(),
         Some(path) => {
-            let top = tree.find(path).ok_or_else(|| anyhow!("--under {path}: the budget has no such node; its nodes are {}", tree.nodes.iter().filter(|n| !n.path.is_empty()).map(|n| n.path.as_str()).collect::<Vec<_>>().join(", ")))?;
+            let top = tree.find(path).ok_or_else(|| {
+                anyhow!(
+                    "--under {path}: the budget has no such node; its nodes are {}",
+                    tree.nodes.iter().filter(|n| !n.path.is_empty()).map(|n| n.path.as_str()).collect::<Vec<_>>().join(", ")
+                )
+            })?;
             // The node and every node it is an ancestor of, parents first.
             (0..tree.nodes.len() as u32).filter(|&id| tree.path_ids(id).contains(&top)).collect()
         }
@@ -522,7 +532,11 @@ pub fn render(r: &ClusterReport) -> String {
         human(r.wait_p90_s),
         human(r.wait_p99_s)
     );
-    let _ = writeln!(out, "preemptions {} ({} of unallocated jobs), GPU-hours lost {:.2}", r.preemptions, r.preemptions_of_unallocated, r.gpu_hours_lost_to_preemption);
+    let _ = writeln!(
+        out,
+        "preemptions {} ({} of unallocated jobs), GPU-hours lost {:.2}",
+        r.preemptions, r.preemptions_of_unallocated, r.gpu_hours_lost_to_preemption
+    );
     let mut groups: Vec<(String, &WaitStats)> = r.by_kind.iter().map(|(k, w)| (k.clone(), w)).collect();
     groups.extend(SIZE_CLASSES.iter().filter_map(|c| r.by_size.get(*c).map(|w| (format!("{c} GPU(s)"), w))));
     for (name, w) in groups {
@@ -543,7 +557,8 @@ pub fn render(r: &ClusterReport) -> String {
     let mut rows: Vec<[String; 11]> = vec![header.map(str::to_owned)];
     for node in &r.nodes {
         let depth = node.path.matches('/').count() + usize::from(!node.path.is_empty());
-        let name = if node.path.is_empty() { "(cluster)".to_owned() } else { format!("{}{}", "  ".repeat(depth - 1), node.path.rsplit('/').next().unwrap_or("")) };
+        let name =
+            if node.path.is_empty() { "(cluster)".to_owned() } else { format!("{}{}", "  ".repeat(depth - 1), node.path.rsplit('/').next().unwrap_or("")) };
         rows.push([
             name,
             format!("{:.1}%", 100.0 * node.effective_share),
@@ -560,7 +575,8 @@ pub fn render(r: &ClusterReport) -> String {
     }
     let widths: Vec<usize> = (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for row in &rows {
-        let cells: Vec<String> = row.iter().enumerate().map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) }).collect();
+        let cells: Vec<String> =
+            row.iter().enumerate().map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) }).collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
     let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed)");
@@ -618,7 +634,8 @@ pub fn ledger_workload(l: &Ledger, since: i64, now: i64) -> anyhow::Result<Ledge
     for (c, end) in l.contracts_submitted(actual.from, actual.to).context("reading contracts")? {
         let leaf = c.leaf.as_deref().and_then(|p| tree.find(p)).and_then(|n| tree.node(n).leaf);
         // The account the job charged, or the first of its budget's.
-        let account = c.account.clone().filter(|a| tree.leaf_of_account(a).is_some()).or_else(|| leaf.and_then(|l| tree.leaf_node(l).accounts.first().cloned()));
+        let account =
+            c.account.clone().filter(|a| tree.leaf_of_account(a).is_some()).or_else(|| leaf.and_then(|l| tree.leaf_node(l).accounts.first().cloned()));
         let reason = match (c.gpus, work.get(&c.job_id), &account) {
             (None, _, _) => Some("recorded before schema 3 (no GPU count)"),
             (Some(0), _, _) => Some("asked for no GPU"),

@@ -192,7 +192,10 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
         )
     };
     let Some(version) = running.version.as_deref().and_then(parse_version) else {
-        f.push(problem("the Slurm version is unknown (neither `scontrol show config` nor `slurmctld -V` said it)", "put Slurm's commands on PATH, or pass --slurm-conf"));
+        f.push(problem(
+            "the Slurm version is unknown (neither `scontrol show config` nor `slurmctld -V` said it)",
+            "put Slurm's commands on PATH, or pass --slurm-conf",
+        ));
         return f;
     };
     let (a, b, c) = version;
@@ -328,20 +331,29 @@ fn server_ledger_checks(ledger: &allot_ledger::Location, running: &SlurmConfig) 
                 format!("chmod 600 {}", file.display()),
             )),
             Ok(meta) => {
-                let slurm_uid = Some(running.get("SlurmUser").unwrap_or("root")).and_then(|u| nix::unistd::User::from_name(u).ok().flatten()).map(|u| u.uid.as_raw());
+                let slurm_uid =
+                    Some(running.get("SlurmUser").unwrap_or("root")).and_then(|u| nix::unistd::User::from_name(u).ok().flatten()).map(|u| u.uid.as_raw());
                 if meta.uid() != 0 && Some(meta.uid()) != slurm_uid {
-                    f.push(problem(format!("the ledger's password file {} is owned by uid {}, neither root nor the SlurmUser", file.display(), meta.uid()), format!("chown root {}", file.display())));
+                    f.push(problem(
+                        format!("the ledger's password file {} is owned by uid {}, neither root nor the SlurmUser", file.display(), meta.uid()),
+                        format!("chown root {}", file.display()),
+                    ));
                 } else {
                     f.push(ok(format!("the ledger's password file {} is readable by its owner only", file.display())));
                 }
             }
-            Err(e) => f.push(problem(format!("the ledger's password file {}: {e}", file.display()), "create it (one line, the password), mode 600, owned by the SlurmUser")),
+            Err(e) => f.push(problem(
+                format!("the ledger's password file {}: {e}", file.display()),
+                "create it (one line, the password), mode 600, owned by the SlurmUser",
+            )),
         }
     }
     match allot_ledger::Ledger::connect_read_only(ledger) {
         Ok(l) => match l.current_budget_version() {
             Ok(Some(v)) => f.push(ok(format!("{ledger}: the server answers; schema {}, budget version {v}", allot_ledger::SCHEMA_VERSION))),
-            Ok(None) => f.push(problem(format!("{ledger}: no budget has been synced"), "allot sync budgets.toml (the plugins hold every job until a budget is there)")),
+            Ok(None) => {
+                f.push(problem(format!("{ledger}: no budget has been synced"), "allot sync budgets.toml (the plugins hold every job until a budget is there)"))
+            }
             Err(e) => f.push(problem(format!("{e}"), "see `allot ledger check`")),
         },
         Err(e) => f.push(problem(format!("{e}"), "check the server, the URL's user and database, and the password file; `allot sync` creates the schema")),
@@ -356,7 +368,10 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
     match allot_ledger::health::diagnose(ledger) {
         Ok(h) => match h.budget_version {
             Some(v) => f.push(ok(format!("{}: a healthy ledger, budget version {v}", ledger.display()))),
-            None => f.push(problem(format!("{}: no budget has been synced", ledger.display()), "allot sync budgets.toml (the plugins hold every job until a budget is there)")),
+            None => f.push(problem(
+                format!("{}: no budget has been synced", ledger.display()),
+                "allot sync budgets.toml (the plugins hold every job until a budget is there)",
+            )),
         },
         Err(p) => {
             f.push(problem(p.describe(ledger), format!("see `allot ledger check --ledger {}`", ledger.display())));
@@ -389,7 +404,10 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
     }
     if let Some(name) = allot_ledger::health::network_filesystem(dir) {
         f.push(problem(
-            format!("{} is on {name}, a network filesystem: SQLite's locks and write-ahead log do not work there, and the ledger would be corrupted", dir.display()),
+            format!(
+                "{} is on {name}, a network filesystem: SQLite's locks and write-ahead log do not work there, and the ledger would be corrupted",
+                dir.display()
+            ),
             "keep LedgerPath on the controller's local disk, or use a server ledger (LedgerUrl=mysql://...)",
         ));
     }
@@ -414,7 +432,12 @@ fn last_good_check(running: &SlurmConfig) -> Option<Finding> {
     };
     let copy: serde_json::Value = match serde_json::from_str(&text) {
         Ok(v) => v,
-        Err(e) => return Some(problem(format!("the last good copy {} cannot be read ({e})", path.display()), format!("remove {}: priority/allot writes a new one within a recompute period", path.display()))),
+        Err(e) => {
+            return Some(problem(
+                format!("the last good copy {} cannot be read ({e})", path.display()),
+                format!("remove {}: priority/allot writes a new one within a recompute period", path.display()),
+            ))
+        }
     };
     let age = copy["written_at"].as_i64().map(|t| crate::now() - t);
     Some(ok(format!(
@@ -465,7 +488,13 @@ pub fn run(slurm_conf: &Path) -> anyhow::Result<()> {
     findings.extend(check(&running, slurm_conf));
     let mut out = String::new();
     let v = running.version.as_deref().unwrap_or("unknown");
-    writeln!(out, "allot doctor: Slurm {v}, as told by {}; slurm.conf {}", if running.source.is_empty() { "nobody" } else { &running.source }, slurm_conf.display()).unwrap();
+    writeln!(
+        out,
+        "allot doctor: Slurm {v}, as told by {}; slurm.conf {}",
+        if running.source.is_empty() { "nobody" } else { &running.source },
+        slurm_conf.display()
+    )
+    .unwrap();
     for x in &findings {
         writeln!(out, "  {:8} {}", if x.ok { "ok" } else { "PROBLEM" }, x.what).unwrap();
         if let Some(fix) = &x.fix {

@@ -2,7 +2,6 @@
 
 use allot_ledger::Location;
 
-
 use allot_ledger::Ledger;
 
 pub fn run(ledger: &Location, limit: Option<usize>) -> anyhow::Result<()> {

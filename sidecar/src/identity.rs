@@ -221,11 +221,7 @@ impl Invocation {
         let inv = Invocation { actor, sudo: sudo.is_some(), ledger, configured, configured_by };
         if let Some((option, path)) = chosen {
             if !same_ledger(&path, &inv.configured) {
-                inv.may_choose(
-                    "the ledger",
-                    option,
-                    &format!("without it, allot uses {} ({})", inv.configured, inv.configured_by),
-                )?;
+                inv.may_choose("the ledger", option, &format!("without it, allot uses {} ({})", inv.configured, inv.configured_by))?;
             }
         }
         Ok(inv)
@@ -284,10 +280,9 @@ impl Actor {
             },
             // A server ledger's writer is whoever holds its password: the
             // password file's owner could write it with the mysql client.
-            Location::Server(s) => s
-                .password_file()
-                .and_then(|f| std::fs::metadata(f).ok())
-                .is_some_and(|meta| acting_uid.map(|u| u.as_raw()) == Some(meta.uid())),
+            Location::Server(s) => {
+                s.password_file().and_then(|f| std::fs::metadata(f).ok()).is_some_and(|meta| acting_uid.map(|u| u.as_raw()) == Some(meta.uid()))
+            }
         };
         let is_admin = (uid.is_root() && !delegated) || slurm_user().as_deref() == Some(name.as_str()) || owns_ledger;
         Ok(Actor { name, is_admin })

@@ -77,10 +77,9 @@ pub fn explain(problem: &Problem, path: &Path) -> String {
              creates a new ledger, and re-syncs the budget if the old file still holds a readable one; \
              if it says it could not, then run `allot sync <budget file>`."
         ),
-        Problem::Locked(_) => format!(
-            "{what}; try again in a moment. If it stays locked, `fuser -v {p} {p}-wal` shows which process holds it.",
-            p = path.display()
-        ),
+        Problem::Locked(_) => {
+            format!("{what}; try again in a moment. If it stays locked, `fuser -v {p} {p}-wal` shows which process holds it.", p = path.display())
+        }
         Problem::Full(_) => format!(
             "{what}; nothing was written and the ledger is as it was. Free space on that filesystem (`df -h {dir}`) and run the command again; \
              the plugins keep scheduling, keep their runs in memory, and write them once there is room.",
@@ -186,10 +185,9 @@ fn recover(inv: &Invocation, force: bool, now: i64) -> anyhow::Result<()> {
             );
             return Ok(());
         }
-        Err(p) if !p.needs_recovery() && !force => bail!(
-            "{}\nthis is not damage that moving the file aside would fix; `allot ledger recover --force` does it anyway",
-            explain(&p, path)
-        ),
+        Err(p) if !p.needs_recovery() && !force => {
+            bail!("{}\nthis is not damage that moving the file aside would fix; `allot ledger recover --force` does it anyway", explain(&p, path))
+        }
         Ok(_) => None,
         Err(p) => Some(p),
     };
@@ -253,10 +251,7 @@ fn recover(inv: &Invocation, force: bool, now: i64) -> anyhow::Result<()> {
     if !synced {
         println!("the new ledger is empty: run `allot sync <budget file>` to give it a budget");
     }
-    println!(
-        "the old history, runs and contracts stay in {}; the plugins follow the new file and write back the runs they kept in memory",
-        aside.display()
-    );
+    println!("the old history, runs and contracts stay in {}; the plugins follow the new file and write back the runs they kept in memory", aside.display());
     Ok(())
 }
 

@@ -38,7 +38,11 @@ pub fn open_reader(ledger: &allot_ledger::Location, cluster: ClusterScope<'_>, r
     let named: Vec<&str> = known.iter().map(String::as_str).filter(|c| !c.is_empty()).collect();
     match cluster {
         Some(c) if !named.contains(&c) => {
-            let has = if named.is_empty() { "rows of no named cluster yet (the plugins name theirs once they write)".to_owned() } else { format!("clusters {}", named.join(", ")) };
+            let has = if named.is_empty() {
+                "rows of no named cluster yet (the plugins name theirs once they write)".to_owned()
+            } else {
+                format!("clusters {}", named.join(", "))
+            };
             Err(anyhow::anyhow!("the ledger {ledger} has no cluster '{c}' (`{choose}`); it has {has}"))
         }
         Some(_) => Ok(l.for_cluster(cluster)?),

@@ -169,7 +169,8 @@ fn generate(what: Generate) -> anyhow::Result<()> {
         Generate::Completions { dir } => {
             std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
             for shell in [clap_complete::Shell::Bash, clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
-                clap_complete::generate_to(shell, &mut cmd, "allot", &dir).with_context(|| format!("cannot write the {shell} completions into {}", dir.display()))?;
+                clap_complete::generate_to(shell, &mut cmd, "allot", &dir)
+                    .with_context(|| format!("cannot write the {shell} completions into {}", dir.display()))?;
             }
         }
     }
@@ -188,7 +189,8 @@ fn named_files(cmd: &clap::Command, matches: &clap::ArgMatches) -> Vec<String> {
             continue;
         }
         if matches.value_source(id) == Some(clap::parser::ValueSource::CommandLine) {
-            let flag = arg.get_long().map_or_else(|| arg.get_value_names().and_then(|v| v.first()).map_or(id.to_uppercase(), |v| v.to_string()), |l| format!("--{l}"));
+            let flag =
+                arg.get_long().map_or_else(|| arg.get_value_names().and_then(|v| v.first()).map_or(id.to_uppercase(), |v| v.to_string()), |l| format!("--{l}"));
             // `-`: standard input or output, which the user's shell opened.
             for value in matches.get_raw(id).into_iter().flatten().filter(|v| *v != "-") {
                 named.push(format!("{flag} {}", Path::new(value).display()));
@@ -248,7 +250,8 @@ fn main() -> ExitCode {
         Command::Watch { file } => watch_file(&inv, &file),
         Command::Usage { window, cluster } => report::usage(&ledger, cluster.as_deref(), window.as_deref(), now()),
         Command::Report { since, json, plots, under, font, cluster } => {
-            let args = cluster_report::ReportArgs { since: since.as_deref(), json: json.as_deref(), plots: plots.as_deref(), under: under.as_deref(), font: &font };
+            let args =
+                cluster_report::ReportArgs { since: since.as_deref(), json: json.as_deref(), plots: plots.as_deref(), under: under.as_deref(), font: &font };
             cluster_report::run(&ledger, cluster.as_deref(), &args, now())
         }
         Command::Serve { listen, since, font, cluster } => serve::run(&ledger, cluster.as_deref(), &listen, since.as_deref(), &font),

@@ -3,7 +3,6 @@
 use allot_ledger::Location;
 use std::fmt::Write as _;
 
-
 use allot::budget::BudgetTree;
 use allot::duration::{format_duration, parse_duration};
 use allot::fairshare::Ranking;
@@ -128,8 +127,20 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
     let leaf_path = contract.as_ref().and_then(|c| c.leaf.clone()).or_else(|| runs.iter().find_map(|r| r.leaf.clone()));
     if let Some(c) = &contract {
         let kind = if c.min_runtime > 0 { "allocated: charged to its budget and protected" } else { "unallocated: free, preemptible at any time" };
-        let _ = writeln!(out, "  user {}, account {}, budget {}", c.user, c.account.as_deref().unwrap_or("-"), c.leaf.as_deref().unwrap_or("(outside the budget tree)"));
-        let _ = writeln!(out, "  contract: min_runtime={} priority={} ({kind}); {}", format_duration(c.min_runtime), c.priority, if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" });
+        let _ = writeln!(
+            out,
+            "  user {}, account {}, budget {}",
+            c.user,
+            c.account.as_deref().unwrap_or("-"),
+            c.leaf.as_deref().unwrap_or("(outside the budget tree)")
+        );
+        let _ = writeln!(
+            out,
+            "  contract: min_runtime={} priority={} ({kind}); {}",
+            format_duration(c.min_runtime),
+            c.priority,
+            if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" }
+        );
         let _ = writeln!(out, "  submitted {}", crate::format_time(c.submit_time));
     }
     for (i, r) in runs.iter().enumerate() {
@@ -152,7 +163,8 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
         let _ = writeln!(out, "  no usage recorded yet: every budget ranks as unused");
         return Ok(out);
     };
-    let _ = writeln!(out, 
+    let _ = writeln!(
+        out,
         "  queue position: allocated jobs first, then by budget (this one ranks {} of {} at {}), then declared priority, then submit time",
         allot::fairshare::ordinal(ranking.leaf_rank[leaf as usize] + 1),
         ranking.leaves(),
@@ -162,7 +174,8 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
     for node in ranking.levels_of(leaf) {
         let s = ranking.standings[node as usize];
         let n = tree.node(node);
-        let _ = writeln!(out, 
+        let _ = writeln!(
+            out,
             "    {:<28} {}: used {} of {} GPU-hours owed in the window ({} of its share)",
             n.path,
             s.rank_text(),

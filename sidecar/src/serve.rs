@@ -152,8 +152,11 @@ impl Site {
             (None, false) => format!("allot: the lab ({}), ", lab.join(", ")),
             (None, true) => "allot: ".to_owned(),
         };
-        let ranked_at = snapshot.as_ref().map_or("Not ranked yet".to_owned(), |s| format!("In the order of the plugins' ranking at {}", crate::format_time(s.computed_at)));
-        let ranked = snapshot.as_ref().map_or("the plugins have not ranked the budgets yet".to_owned(), |s| format!("ranked by the plugins at {}", crate::format_time(s.computed_at)));
+        let ranked_at =
+            snapshot.as_ref().map_or("Not ranked yet".to_owned(), |s| format!("In the order of the plugins' ranking at {}", crate::format_time(s.computed_at)));
+        let ranked = snapshot
+            .as_ref()
+            .map_or("the plugins have not ranked the budgets yet".to_owned(), |s| format!("ranked by the plugins at {}", crate::format_time(s.computed_at)));
         let body = html! {
             h1 { (title) (r.gpus) " GPUs, budget version " (r.budget_version) }
             @if !lab.is_empty() {
@@ -279,7 +282,9 @@ impl Site {
         per_budget(&mut registry, "allot_delivered_gpu_hours", "GPU-hours the budget's runs held over the span", &|n| n.delivered_gpu_hours);
         per_budget(&mut registry, "allot_owed_gpu_hours", "GPU-hours the budget was owed over the span, given its demand", &|n| n.owed_gpu_hours);
         per_budget(&mut registry, "allot_charged_gpu_hours", "GPU-hours charged to the budget over the span", &|n| n.charged_gpu_hours);
-        per_budget(&mut registry, "allot_unallocated_gpu_hours", "GPU-hours of the budget's unallocated (min_runtime=0) runs over the span", &|n| n.unallocated_gpu_hours);
+        per_budget(&mut registry, "allot_unallocated_gpu_hours", "GPU-hours of the budget's unallocated (min_runtime=0) runs over the span", &|n| {
+            n.unallocated_gpu_hours
+        });
         per_budget(&mut registry, "allot_demand_gpu_hours", "GPU-hours the budget's jobs wanted (pending or running) over the span", &|n| n.demand_gpu_hours);
         let gauge = |registry: &mut Registry, name: &str, help: &str, v: f64| {
             let g = Gauge::<f64, AtomicU64>::default();
@@ -295,7 +300,12 @@ impl Site {
         gauge(&mut registry, "allot_preemptions", "preemptions in the span", r.preemptions as f64);
         gauge(&mut registry, "allot_span_seconds", "length of the span the figures cover", r.span_seconds as f64);
         // Ledger health: how long ago the plugins last wrote a ranking, and the file's integrity.
-        gauge(&mut registry, "allot_ledger_ranked_age_seconds", "seconds since the priority plugin last wrote its ranking (-1: never)", snapshot.map_or(-1.0, |s| (now - s.computed_at) as f64));
+        gauge(
+            &mut registry,
+            "allot_ledger_ranked_age_seconds",
+            "seconds since the priority plugin last wrote its ranking (-1: never)",
+            snapshot.map_or(-1.0, |s| (now - s.computed_at) as f64),
+        );
         let ok = {
             let mut checked = self.checked.lock().unwrap_or_else(|p| p.into_inner());
             match *checked {
@@ -307,7 +317,12 @@ impl Site {
                 }
             }
         };
-        gauge(&mut registry, "allot_ledger_ok", "1 when the ledger passed SQLite's quick check (repeated every 10 minutes at most)", if ok { 1.0 } else { 0.0 });
+        gauge(
+            &mut registry,
+            "allot_ledger_ok",
+            "1 when the ledger passed SQLite's quick check (repeated every 10 minutes at most)",
+            if ok { 1.0 } else { 0.0 },
+        );
         let mut out = String::new();
         encode(&mut out, &registry).map_err(|e| anyhow!("encoding the metrics: {e}"))?;
         Ok(Page { status: 200, content_type: "application/openmetrics-text; version=1.0.0; charset=utf-8", body: out.into_bytes() })

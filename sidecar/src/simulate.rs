@@ -375,7 +375,8 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     // From the ledger: its jobs, its budget, and what actually happened.
     let from_ledger = if a.from_ledger {
         let inv = allot_cli::identity::Invocation::resolve(a.ledger.as_deref())?;
-        let l = allot_cli::open_reader(&inv.ledger, a.from_cluster.as_deref(), allot_cli::Reads::OneCluster, "allot simulate --from-ledger --from-cluster NAME")?;
+        let l =
+            allot_cli::open_reader(&inv.ledger, a.from_cluster.as_deref(), allot_cli::Reads::OneCluster, "allot simulate --from-ledger --from-cluster NAME")?;
         let since = allot_cli::cluster_report::parse_since(a.since.as_deref())?;
         let lw = allot_cli::cluster_report::ledger_workload(&l, since, allot_cli::now())?;
         for (why, n) in &lw.left_out {
@@ -385,7 +386,11 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("{}: {} job(s) still running: replayed with the time they ran so far", inv.ledger, lw.still_running);
         }
         if lw.workload.jobs.is_empty() {
-            bail!("nothing could be simulated: the ledger {} has no job with GPUs and a runtime submitted since {}", inv.ledger, allot_cli::format_time(lw.actual.from));
+            bail!(
+                "nothing could be simulated: the ledger {} has no job with GPUs and a runtime submitted since {}",
+                inv.ledger,
+                allot_cli::format_time(lw.actual.from)
+            );
         }
         Some((inv.ledger, lw))
     } else {
@@ -412,21 +417,22 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let (mut tree, budget_gives_default) = match (&a.budgets, &from_ledger) {
         (None, Some((_, lw))) => {
-            let tree = BudgetTree::parse(&lw.budget_toml).map_err(|e| anyhow::anyhow!("the ledger's budget version {}: {}", lw.budget_version, e.render("ledger").trim_end()))?;
+            let tree = BudgetTree::parse(&lw.budget_toml)
+                .map_err(|e| anyhow::anyhow!("the ledger's budget version {}: {}", lw.budget_version, e.render("ledger").trim_end()))?;
             let doc = toml_edit::ImDocument::parse(lw.budget_toml.as_str())?;
             let gives_default = doc.get("cluster").and_then(|c| c.get("default_min_runtime")).is_some();
             (tree, gives_default)
         }
         (b, _) => match b {
-        Some(b) => {
-            let text = fs::read_to_string(b).with_context(|| format!("cannot read the budget {}", b.display()))?;
-            let tree = BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?;
-            // Valid TOML: the budget parser has read it.
-            let doc = toml_edit::ImDocument::parse(text.as_str())?;
-            let gives_default = doc.get("cluster").and_then(|c| c.get("default_min_runtime")).is_some();
-            (tree, gives_default)
-        }
-        None => (prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?, false),
+            Some(b) => {
+                let text = fs::read_to_string(b).with_context(|| format!("cannot read the budget {}", b.display()))?;
+                let tree = BudgetTree::parse(&text).map_err(|e| anyhow::anyhow!("{}", e.render(&b.display().to_string()).trim_end()))?;
+                // Valid TOML: the budget parser has read it.
+                let doc = toml_edit::ImDocument::parse(text.as_str())?;
+                let gives_default = doc.get("cluster").and_then(|c| c.get("default_min_runtime")).is_some();
+                (tree, gives_default)
+            }
+            None => (prepare::equal_share_budget(&workload).map_err(anyhow::Error::msg)?, false),
         },
     };
     if let (Some(b), Some(gpus)) = (&a.budgets, tree.settings.gpus) {
@@ -523,7 +529,12 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     let reports: Vec<metrics::Report> = sims.iter().map(|(_, s)| s.report.clone()).collect();
     print!("{}", metrics::table(&reports));
     if let Some((ledger, lw)) = &from_ledger {
-        println!("\nwhat actually happened ({}, {} to {}) against the simulation of the same jobs:", ledger, allot_cli::format_time(lw.actual.from), allot_cli::format_time(lw.actual.to));
+        println!(
+            "\nwhat actually happened ({}, {} to {}) against the simulation of the same jobs:",
+            ledger,
+            allot_cli::format_time(lw.actual.from),
+            allot_cli::format_time(lw.actual.to)
+        );
         print!("{}", allot_cli::cluster_report::side_by_side(&lw.actual, &reports));
     }
     if let Some(j) = &a.json {
@@ -629,7 +640,10 @@ fn check_run_options(a: &RunArgs, cluster: ClusterSpec) -> anyhow::Result<()> {
         ));
     }
     if a.small_job_nodes >= cluster.nodes {
-        bad.push(format!("--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others", a.small_job_nodes));
+        bad.push(format!(
+            "--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others",
+            a.small_job_nodes
+        ));
     }
     if let Some(j) = &a.json {
         if j.is_dir() {

@@ -40,11 +40,7 @@ pub fn authorize(new: &BudgetTree, current: Option<Replaced<'_>>, actor: &Actor)
         return Err(format!("{} may not sync the first budget: the first version must come from an admin (root or the Slurm user)", actor.name));
     };
     let old = current.tree.map_err(|e| {
-        format!(
-            "the ledger's current budget (version {}) no longer validates:\n{}\nan admin must sync a corrected file",
-            current.version,
-            e.render("ledger")
-        )
+        format!("the ledger's current budget (version {}) no longer validates:\n{}\nan admin must sync a corrected file", current.version, e.render("ledger"))
     })?;
     new.authorize(old, &actor.name).map_err(|refusals| {
         let lines: Vec<String> = refusals.iter().map(|r| format!("  {r}")).collect();
@@ -82,7 +78,8 @@ pub fn sync_text_from(ledger: &Location, text: &str, shown: &str, recorded: &str
         if !path.exists() {
             // Refuse before creating anything.
             authorize(&tree, None, actor).map_err(SyncError::Refused)?;
-            create_ledger_file(path, crate::identity::ledger_owner()).map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", path.display())))?;
+            create_ledger_file(path, crate::identity::ledger_owner())
+                .map_err(|e| SyncError::Refused(format!("cannot create the ledger {}: {e}", path.display())))?;
         }
     } else if let Err(LedgerError::Missing { .. }) = Ledger::connect_read_only(ledger) {
         // A server database without allot's schema: refuse before the

@@ -41,7 +41,6 @@ impl Scratch {
     }
 }
 
-
 fn text(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
@@ -149,7 +148,10 @@ fn namespaces_work() -> bool {
 /// silent pass.
 #[track_caller]
 fn require_namespaces() {
-    assert!(namespaces_work(), "this test acts for other users (sudo) in a private mount namespace: run it as root where unshare --mount works (scripts/test.sh does)");
+    assert!(
+        namespaces_work(),
+        "this test acts for other users (sudo) in a private mount namespace: run it as root where unshare --mount works (scripts/test.sh does)"
+    );
 }
 
 /// [`sudo_allot`] in a private mount namespace where /etc/slurm holds only
@@ -166,7 +168,10 @@ fn sudo_configured(s: &Scratch, user: &str, args: &[&str]) -> Output {
     }
     let template = sudo_allot(s, user);
     let mut c = Command::new("unshare");
-    c.args(["--mount", "sh", "-c", "mount --make-rprivate / && mount --bind \"$1\" /etc/slurm && shift && exec \"$@\"", "sh"]).arg(&etc).arg(template.get_program()).args(args);
+    c.args(["--mount", "sh", "-c", "mount --make-rprivate / && mount --bind \"$1\" /etc/slurm && shift && exec \"$@\"", "sh"])
+        .arg(&etc)
+        .arg(template.get_program())
+        .args(args);
     for (k, v) in template.get_envs() {
         match v {
             Some(v) => c.env(k, v),
@@ -254,7 +259,11 @@ fn under_sudo_a_manager_chooses_neither_the_ledger_nor_the_budget_file() {
 
     let cases: Vec<(Vec<&str>, bool, &str)> = vec![
         // (arguments, keep $ALLOT_LEDGER, what the refusal names)
-        (vec!["budget", "--ledger", &ledger, "set", "vision", "share=90"], false, "alice may not choose the ledger under sudo (--ledger): only an admin (root, the SlurmUser"),
+        (
+            vec!["budget", "--ledger", &ledger, "set", "vision", "share=90"],
+            false,
+            "alice may not choose the ledger under sudo (--ledger): only an admin (root, the SlurmUser",
+        ),
         (vec!["budget", "set", "vision", "share=90"], true, "alice may not choose the ledger under sudo (ALLOT_LEDGER)"),
         (vec!["budget", "set", "--file", &mine_s, "a", "share=2"], false, "alice may not choose the budget file under sudo (--file)"),
         (vec!["budget", "add", "--file", &file_s, "vision/x", "share=2"], false, "alice may not choose the budget file under sudo (--file)"),
@@ -424,20 +433,31 @@ fn watch_resyncs_on_change_and_survives_a_bad_edit() {
 fn usage_charges_each_leaf_over_the_window() {
     use allot_ledger::{Period, RunRow, RunUpdate};
     let s = Scratch::new();
-    let budget = "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
+    let budget =
+        "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
     let out = s.run(&["sync", s.file("b.toml", budget).to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out));
 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     let run = |job_id: u32, leaf: &str, gpus: u32, start: i64, end: Option<i64>, allocated: bool| {
-        RunUpdate::Open(RunRow { job_id, run_start: now + start, run_end: end.map(|e| now + e), leaf: Some(leaf.into()), account: None, user: None, gpus, allocated, end_reason: None })
+        RunUpdate::Open(RunRow {
+            job_id,
+            run_start: now + start,
+            run_end: end.map(|e| now + e),
+            leaf: Some(leaf.into()),
+            account: None,
+            user: None,
+            gpus,
+            allocated,
+            end_reason: None,
+        })
     };
     let runs = vec![
-        run(1, "p/a", 2, -3000, Some(-1200), true),  // 1.00 GPU-h
-        run(2, "p/a", 1, -7200, Some(-1800), true),  // 0.50 GPU-h inside the hour
-        run(3, "b", 4, -600, None, false),           // 0.67 GPU-h, unallocated
-        run(4, "p", 1, -2000, Some(-1100), true),    // 0.25 GPU-h, "p" is no leaf
-        run(5, "gone", 2, -1000, Some(-100), true),  // 0.50 GPU-h, no such node
+        run(1, "p/a", 2, -3000, Some(-1200), true), // 1.00 GPU-h
+        run(2, "p/a", 1, -7200, Some(-1800), true), // 0.50 GPU-h inside the hour
+        run(3, "b", 4, -600, None, false),          // 0.67 GPU-h, unallocated
+        run(4, "p", 1, -2000, Some(-1100), true),   // 0.25 GPU-h, "p" is no leaf
+        run(5, "gone", 2, -1000, Some(-100), true), // 0.50 GPU-h, no such node
     ];
     Ledger::open(s.ledger()).unwrap().record_period(&Period { runs, ..Default::default() }).unwrap();
 
@@ -488,7 +508,9 @@ fn a_ledger_that_is_not_a_database_is_explained_and_left_alone() {
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
     for (what, bytes) in [("random bytes", garbage(100_000)), ("a text file", b"[budget]\nthis is not a ledger\n".to_vec())] {
         std::fs::write(s.ledger(), &bytes).unwrap();
-        for args in [&["sync", file.to_str().unwrap()][..], &["budget", "show"], &["budget", "set", "vision", "share=50"], &["history"], &["usage"], &["why", "1"]] {
+        for args in
+            [&["sync", file.to_str().unwrap()][..], &["budget", "show"], &["budget", "set", "vision", "share=50"], &["history"], &["usage"], &["why", "1"]]
+        {
             let out = s.run(args);
             let said = text(&out);
             assert!(!out.status.success(), "{what}: {args:?} succeeded");
@@ -641,7 +663,10 @@ fn associations_are_printed_for_anyone_and_applied_by_admins_only() {
     let out = s.run(&["associations", "--cluster", "lab"]);
     let printed = text(&out);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("sacctmgr -i add account tracking Cluster=lab 'Description=allot budget vision/detection/tracking' Organization=vision\n"), "{printed}");
+    assert!(
+        printed.contains("sacctmgr -i add account tracking Cluster=lab 'Description=allot budget vision/detection/tracking' Organization=vision\n"),
+        "{printed}"
+    );
     assert!(printed.lines().any(|l| l.starts_with("sacctmgr -i add user ") && l.contains("tomas") && l.contains("Account=tracking")), "{printed}");
     // The cluster comes from slurm.conf when not given; a missing one is said.
     let out = s.run(&["associations"]);
@@ -672,7 +697,17 @@ fn ledger_adopt_gives_unnamed_rows_to_a_cluster() {
     let s = Scratch::new();
     let file = s.file("budgets.toml", &std::fs::read_to_string(EXAMPLE).unwrap());
     assert!(s.run(&["sync", file.to_str().unwrap()]).status.success());
-    let run = allot_ledger::RunRow { job_id: 7, run_start: 100, run_end: Some(200), leaf: Some("vision/detection/tracking".into()), account: Some("tracking".into()), user: Some("tomas".into()), gpus: 2, allocated: true, end_reason: Some("completed".into()) };
+    let run = allot_ledger::RunRow {
+        job_id: 7,
+        run_start: 100,
+        run_end: Some(200),
+        leaf: Some("vision/detection/tracking".into()),
+        account: Some("tracking".into()),
+        user: Some("tomas".into()),
+        gpus: 2,
+        allocated: true,
+        end_reason: Some("completed".into()),
+    };
     Ledger::open(s.ledger()).unwrap().record_period(&allot_ledger::Period { runs: vec![allot_ledger::RunUpdate::Open(run)], ..Default::default() }).unwrap();
     assert_eq!(Ledger::open_read_only(s.ledger()).unwrap().clusters().unwrap(), vec![String::new()]);
     let out = s.run(&["ledger", "adopt", "--cluster", "Alpha"]);

@@ -8,7 +8,8 @@ const T0: i64 = 1_000_000;
 const H: f64 = 3600.0;
 
 /// 4 GPUs; the root splits evenly between project p (one team, a) and team b.
-const BUDGET: &str = "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
+const BUDGET: &str =
+    "[cluster]\ngpus = 4\n[budget]\n[budget.p]\nshare = 1\n[budget.p.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n";
 
 fn demand(t0: i64, leaf: &str, at: i64, pending: u32, running: u32, running_unallocated: u32) -> DemandRow {
     DemandRow { leaf: leaf.into(), at: t0 + at, pending_allocated: pending, pending_unallocated: 0, running_allocated: running, running_unallocated }
@@ -139,7 +140,9 @@ fn every_figure_matches_the_hand_computed_one() {
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
 
     let text = render(&r);
-    if std::env::var_os("SHOW").is_some() { println!("{text}"); }
+    if std::env::var_os("SHOW").is_some() {
+        println!("{text}");
+    }
     for wanted in ["(cluster)", "occupancy 98.6%", "budgets at 95% or more of what they were owed: 50.0%", "preemptions 1"] {
         assert!(text.contains(wanted), "{wanted:?} not in:\n{text}");
     }
@@ -186,7 +189,8 @@ fn the_pictures_are_drawn_for_the_leaves_or_a_subtree() {
     use allot_cli::cluster_report::{draw_queue, queue_rows};
     let mut w = Ledger::open(dir.path().join("ledger.db")).unwrap();
     let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
-    let snapshot = allot_ledger::UsageSnapshot { computed_at: T0 + 7200, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
+    let snapshot =
+        allot_ledger::UsageSnapshot { computed_at: T0 + 7200, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
     w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
     let allot_cli::cluster_report::QueueView { rows, more, .. } = queue_rows(&l, &t.tree).unwrap();
     let labels: Vec<&str> = rows.iter().map(|(_, r)| r.label.as_str()).collect();
@@ -258,12 +262,22 @@ fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
     // Standing in words: p and b are half the cluster each, owed 0.5 x 4
     // GPUs x 7 days = 336 GPU-hours; p used 16,800 GPU-s (1.4%), b 6,000
     // (0.50%), so b is first of the two; a, p's only child, has all of p's share.
-    for wanted in ["used 1.4% of its share, 2nd of 2 siblings", "used 0.50% of its share, 1st of 2 siblings", "a: used 1.4% of its share, no siblings", "b: used 0.50% of its share, 1st of 2 siblings"] {
+    for wanted in [
+        "used 1.4% of its share, 2nd of 2 siblings",
+        "used 0.50% of its share, 1st of 2 siblings",
+        "a: used 1.4% of its share, no siblings",
+        "b: used 0.50% of its share, 1st of 2 siblings",
+    ] {
         assert!(page.contains(wanted), "{wanted:?} not in the page:\n{page}");
     }
     let why = browser(&["--dump-dom", &format!("{url}why?job=1")]);
     assert!(why.contains("contract: min_runtime=1h") && why.contains("preempted"), "job 1's explanation:\n{why}");
-    for wanted in ["this one ranks 2nd of 2", "2nd of 2 siblings: used 4.67 of 336.00", "(1.4% of its share)", "no siblings: used 4.67 of 336.00 GPU-hours owed in the window (1.4% of its share)"] {
+    for wanted in [
+        "this one ranks 2nd of 2",
+        "2nd of 2 siblings: used 4.67 of 336.00",
+        "(1.4% of its share)",
+        "no siblings: used 4.67 of 336.00 GPU-hours owed in the window (1.4% of its share)",
+    ] {
         assert!(why.contains(wanted), "{wanted:?} not in job 1's explanation:\n{why}");
     }
     let unknown = browser(&["--dump-dom", &format!("{url}why?job=99")]);
@@ -286,7 +300,15 @@ fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
         body
     };
     let metrics = String::from_utf8(get("/metrics")).unwrap();
-    for wanted in ["application/openmetrics-text", "allot_owed_gpu_hours{budget=\"p/a\"} ", "allot_delivered_gpu_hours{budget=\"/\"} ", "allot_waiting_jobs 2", "allot_ledger_ok 1", "allot_gpus 4", "# EOF"] {
+    for wanted in [
+        "application/openmetrics-text",
+        "allot_owed_gpu_hours{budget=\"p/a\"} ",
+        "allot_delivered_gpu_hours{budget=\"/\"} ",
+        "allot_waiting_jobs 2",
+        "allot_ledger_ok 1",
+        "allot_gpus 4",
+        "# EOF",
+    ] {
         assert!(metrics.contains(wanted), "{wanted:?} not in /metrics:\n{metrics}");
     }
     for picture in ["/shares.png", "/queue.png"] {
@@ -308,7 +330,8 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
     let t0 = now - 7200;
     let l = ledger_at(&dir, t0);
     let lw = ledger_workload(&l, 7200, now).unwrap();
-    let jobs: Vec<(u32, u32, i64, &str)> = lw.workload.jobs.iter().map(|j| (j.job_id, j.gpus, j.runtime, lw.workload.teams[j.team as usize].as_str())).collect();
+    let jobs: Vec<(u32, u32, i64, &str)> =
+        lw.workload.jobs.iter().map(|j| (j.job_id, j.gpus, j.runtime, lw.workload.teams[j.team as usize].as_str())).collect();
     // Job 2 still runs (since t0 + 4200); job 3 ran 2800 s; 4 never started, 5 left; 1 came before the span.
     assert_eq!(jobs, vec![(2, 2, now - (t0 + 4200), "b"), (3, 2, 2800, "a")]);
     assert_eq!(lw.still_running, 1);
@@ -319,7 +342,20 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
 
     let json = dir.path().join("whatif.json");
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
-        .args(["--ledger", dir.path().join("ledger.db").to_str().unwrap(), "simulate", "--from-ledger", "--since", "2h", "--cluster", "1x4", "--lookback", "1d", "--no-timing", "--json"])
+        .args([
+            "--ledger",
+            dir.path().join("ledger.db").to_str().unwrap(),
+            "simulate",
+            "--from-ledger",
+            "--since",
+            "2h",
+            "--cluster",
+            "1x4",
+            "--lookback",
+            "1d",
+            "--no-timing",
+            "--json",
+        ])
         .arg(&json)
         .output()
         .unwrap();
@@ -336,7 +372,11 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cannot be used with"), "{}", String::from_utf8_lossy(&out.stderr));
     // An empty span is refused the same way by the three commands that take one.
     for args in [&["report", "--since", "0s"][..], &["serve", "--since", "0s"], &["simulate", "--from-ledger", "--since", "0s", "--cluster", "1x4"]] {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(["--ledger", dir.path().join("ledger.db").to_str().unwrap()]).args(args).output().unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot"))
+            .args(["--ledger", dir.path().join("ledger.db").to_str().unwrap()])
+            .args(args)
+            .output()
+            .unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && said.contains("--since 0: give a span longer than 0"), "{args:?}: {said}");
     }

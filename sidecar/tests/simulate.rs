@@ -131,7 +131,11 @@ fn options_with_meaningless_values_are_refused_naming_the_option_and_the_value()
         (&["--cluster", "10x0"], 2, "'10x0': a cluster needs at least one node and one GPU per node"),
         (&["--cluster", "2x65"], 2, "'2x65': at most 64 GPUs per node"),
         // Durations: none is negative; the horizon and the backfill interval are longer than zero.
-        (&["--checkpoint-interval=-5m"], 2, "invalid value '-5m' for '--checkpoint-interval <CHECKPOINT_INTERVAL>': '-5m' is not a duration: a duration cannot be negative"),
+        (
+            &["--checkpoint-interval=-5m"],
+            2,
+            "invalid value '-5m' for '--checkpoint-interval <CHECKPOINT_INTERVAL>': '-5m' is not a duration: a duration cannot be negative",
+        ),
         (&["--horizon", "0"], 1, "allot: --horizon 0: must be longer than zero (the simulation stops this long after the first submission)"),
         (&["--bf-interval", "0"], 1, "allot: --bf-interval 0: must be at least 1s"),
         (&["--lookback", "0s"], 1, "allot: --lookback 0: lookback: the lookback window must be longer than zero"),
@@ -185,7 +189,11 @@ fn generator_options_with_meaningless_values_are_refused() {
         (&["trace", "trace.csv", "--runtime-scale", "inf", "--out", "x.csv"], 1, "allot: --runtime-scale inf: must be a positive finite number"),
         (&["trace", "trace.csv", "--runtime-scale", "0", "--out", "x.csv"], 1, "allot: --runtime-scale 0: must be a positive finite number"),
         (&["trace", "trace.csv", "--gpus-per-node", "0", "--out", "x.csv"], 1, "allot: --gpus-per-node 0: must be from 1 to 64"),
-        (&["trace", "trace.csv", "--copies", "4294967295", "--out", "x.csv"], 1, "allot: --copies 4294967295: 2 jobs x 4294967295 copies is more jobs than job ids (2^32)"),
+        (
+            &["trace", "trace.csv", "--copies", "4294967295", "--out", "x.csv"],
+            1,
+            "allot: --copies 4294967295: 2 jobs x 4294967295 copies is more jobs than job ids (2^32)",
+        ),
     ];
     for (extra, code, wanted) in cases {
         let mut args = vec!["simulate", "generate"];
@@ -229,7 +237,10 @@ fn settings_that_do_nothing_as_given_are_said() {
     let out = s.simulate(&["jobs.csv", "--cluster", "2x8", "--unallocated-grace", "10m", "--gantt-to", "1d"]);
     let said = stderr(&out);
     assert!(out.status.success(), "{said}");
-    assert!(said.contains("warning: --unallocated-grace 10m is longer than the grace time 5m: unallocated victims get 5m, never more than allocated ones"), "{said}");
+    assert!(
+        said.contains("warning: --unallocated-grace 10m is longer than the grace time 5m: unallocated victims get 5m, never more than allocated ones"),
+        "{said}"
+    );
     assert!(said.contains("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws"), "{said}");
 }
 
@@ -237,10 +248,7 @@ fn settings_that_do_nothing_as_given_are_said() {
 fn jobs_refused_before_the_queue_are_said_once_and_a_run_of_nothing_fails() {
     let s = Scratch::new();
     s.file("b.toml", "[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n");
-    s.file(
-        "jobs.csv",
-        "job_id,submit_s,gpus,runtime_s,team\n1,0,1,60,a\n2,0,1,60,zz\n3,5,64,60,a\n4,9,1,60,zz\n5,9,1,60,yy\n6,10,16,60,b\n7,11,2,60,b\n",
-    );
+    s.file("jobs.csv", "job_id,submit_s,gpus,runtime_s,team\n1,0,1,60,a\n2,0,1,60,zz\n3,5,64,60,a\n4,9,1,60,zz\n5,9,1,60,yy\n6,10,16,60,b\n7,11,2,60,b\n");
     // Both policies, one warning.
     let out = s.simulate(&["jobs.csv", "--cluster", "2x8", "--budgets", "b.toml", "--small-job-nodes", "1"]);
     let said = stderr(&out);

@@ -53,18 +53,21 @@ fn arb_corruption() -> impl Strategy<Value = Corruption> {
         any::<usize>().prop_map(Corruption::DeleteLine),
         any::<usize>().prop_map(Corruption::DuplicateLine),
         any::<usize>().prop_map(Corruption::ZeroNumbers),
-        (any::<usize>(), prop_oneof![
-            Just("share = -1".to_owned()),
-            Just("[budget.vision.detection.tracking.x]".to_owned()),
-            Just("accounts = [\"rlhf\"]".to_owned()),
-            Just("members = [\"mia\"]".to_owned()),
-            "[a-z_]{1,8} = [0-9]{1,3}",
-            "[\\[\\]=\" a-z.]{1,20}",
-        ]).prop_map(|(i, s)| Corruption::InsertLine(i, s)),
+        (
+            any::<usize>(),
+            prop_oneof![
+                Just("share = -1".to_owned()),
+                Just("[budget.vision.detection.tracking.x]".to_owned()),
+                Just("accounts = [\"rlhf\"]".to_owned()),
+                Just("members = [\"mia\"]".to_owned()),
+                "[a-z_]{1,8} = [0-9]{1,3}",
+                "[\\[\\]=\" a-z.]{1,20}",
+            ]
+        )
+            .prop_map(|(i, s)| Corruption::InsertLine(i, s)),
         any::<usize>().prop_map(Corruption::Truncate),
     ]
 }
-
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]

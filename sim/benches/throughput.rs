@@ -167,10 +167,7 @@ fn main() {
         cases.push(Case { name: "300k jobs, generated", tree: BudgetTree::parse(&long.budget_toml).unwrap(), workload: long.workload, horizon: None, runs: 3 });
     }
 
-    println!(
-        "{:<22} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}",
-        "case", "policy", "jobs", "days", "min s", "median s", "days/s", "jobs/s", "/bare"
-    );
+    println!("{:<22} {:>8} {:>9} {:>6} {:>9} {:>9} {:>9} {:>9} {:>8}", "case", "policy", "jobs", "days", "min s", "median s", "days/s", "jobs/s", "/bare");
     for case in &cases {
         let runs = if quick { 1 } else { case.runs };
         let mut bare = Vec::new();

@@ -78,10 +78,7 @@ fn mechanisms() -> Vec<Mechanism> {
         Mechanism { name: "shipped, margin 0.02", apply: |c| c.tree.settings.preempt_margin = 0.02 },
         Mechanism { name: "shipped + 1 small-job node", apply: |c| c.small_job_nodes = 1 },
         Mechanism { name: "shipped + 2 small-job nodes", apply: |c| c.small_job_nodes = 2 },
-        Mechanism {
-            name: "within team off, rest shipped",
-            apply: |c| c.tree.settings.preempt_within_team = false,
-        },
+        Mechanism { name: "within team off, rest shipped", apply: |c| c.tree.settings.preempt_within_team = false },
     ]
 }
 

@@ -178,14 +178,13 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
             }
             // Allot: the policy core's grace for this victim; baseline: one for all.
             let grace = match cfg.policy {
-                PolicyKind::Allot => allot::preempt::grace_for(&RunningJob { leaf: prepared.leaf[r.job as usize], contract, run_start: r.start }, &cfg.tree.settings),
+                PolicyKind::Allot => {
+                    allot::preempt::grace_for(&RunningJob { leaf: prepared.leaf[r.job as usize], contract, run_start: r.start }, &cfg.tree.settings)
+                }
                 PolicyKind::Baseline => cfg.tree.settings.grace.max(0),
             };
             if signal > r.end || r.end - signal > grace {
-                bad.push(format!(
-                    "job {} signalled at {signal} but killed at {}: the grace time is {grace}",
-                    workload.jobs[r.job as usize].job_id, r.end
-                ));
+                bad.push(format!("job {} signalled at {signal} but killed at {}: the grace time is {grace}", workload.jobs[r.job as usize].job_id, r.end));
             }
         }
     }
@@ -261,7 +260,12 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
         let j = run.job as usize;
         let waiting = allot::preempt::WaitingJob { leaf: prepared.leaf[j], contract: prepared.contract[j], gpus: prepared.held[j] };
         if run.slots.iter().any(|&(n, _)| n >= first_small) && !rules.may_use_small_job_nodes(&waiting) {
-            bad.push(format!("job {} ({} GPUs, {}) ran on a node kept for small jobs", workload.jobs[j].job_id, prepared.held[j], prepared.contract[j].canonical()));
+            bad.push(format!(
+                "job {} ({} GPUs, {}) ran on a node kept for small jobs",
+                workload.jobs[j].job_id,
+                prepared.held[j],
+                prepared.contract[j].canonical()
+            ));
         }
     }
     bad

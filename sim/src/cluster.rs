@@ -107,7 +107,15 @@ impl Nodes {
         for n in 0..spec.nodes as usize {
             buckets[spec.gpus_per_node as usize][n / 64] |= 1 << (n % 64);
         }
-        Nodes { g: spec.gpus_per_node, small_from: spec.nodes - small, small_free: small * spec.gpus_per_node, free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize], free_count: vec![spec.gpus_per_node; spec.nodes as usize], buckets, free_total: spec.capacity() }
+        Nodes {
+            g: spec.gpus_per_node,
+            small_from: spec.nodes - small,
+            small_free: small * spec.gpus_per_node,
+            free_mask: vec![full_mask(spec.gpus_per_node); spec.nodes as usize],
+            free_count: vec![spec.gpus_per_node; spec.nodes as usize],
+            buckets,
+            free_total: spec.capacity(),
+        }
     }
 
     pub fn free_total(&self) -> u32 {

@@ -186,7 +186,7 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
         let gpus_wanted = p.load * p.cluster.capacity() as f64 * effective[t] * appetite[t] / norm;
         let rate = gpus_wanted / mean_job / mean_mult; // jobs per second at multiplier 1
         let peak = 1.5 * BURST; // largest multiplier: daily peak x burst
-        // Thinning: candidates at the peak rate, kept in proportion to the multiplier.
+                                // Thinning: candidates at the peak rate, kept in proportion to the multiplier.
         let mut time = 0.0f64;
         loop {
             time += -(1.0 - rng.gen::<f64>()).ln() / (rate * peak);
@@ -317,7 +317,16 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
     let total_share: u32 = p.shares.iter().sum::<u32>().max(1);
     let kinds: Vec<String> = ["debug", "filler", "training"].iter().map(|k| k.to_string()).collect();
     let mut jobs = Vec::new();
-    let push = |jobs: &mut Vec<Job>, rng: &mut ChaCha8Rng, t: usize, submit: i64, gpus: u32, runtime: i64, min_runtime: i64, resumable: bool, priority: PriorityLevel, kind: u32| {
+    let push = |jobs: &mut Vec<Job>,
+                rng: &mut ChaCha8Rng,
+                t: usize,
+                submit: i64,
+                gpus: u32,
+                runtime: i64,
+                min_runtime: i64,
+                resumable: bool,
+                priority: PriorityLevel,
+                kind: u32| {
         let user = format!("{}-u{}", names[t], zipf_user(rng, 4));
         jobs.push(Job { job_id: 0, submit, gpus, runtime, team: t as u32, user: Some(user), min_runtime: Some(min_runtime), resumable, priority, kind });
     };
@@ -337,11 +346,7 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
             Vec::new()
         };
         for _ in 0..n {
-            let submit = if bursty {
-                bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..2 * DAY)
-            } else {
-                rng.gen_range(0..span)
-            };
+            let submit = if bursty { bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..2 * DAY) } else { rng.gen_range(0..span) };
             let nodes = rng.gen_range(2..=8u32);
             let (runtime, min_runtime) = if pinned {
                 let r = rng.gen_range(4 * HOUR..=8 * HOUR);

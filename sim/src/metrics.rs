@@ -465,7 +465,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
                 within_team += 1;
             } else if let Some(p) = r.preempted_by {
                 let p = p as usize;
-                let waiting = allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
+                let waiting =
+                    allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
                 by_small += usize::from(rules.is_small(&waiting));
             }
         }
@@ -477,7 +478,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut lost: i64 = 0;
     let mut preemptions = 0;
     // A run stopped at a horizon before the last submission: up to the horizon.
-    let (span_from, span_to) = if last_submit.min(outcome.end) > first_submit { (first_submit, last_submit.min(outcome.end)) } else { (outcome.start, outcome.end) };
+    let (span_from, span_to) =
+        if last_submit.min(outcome.end) > first_submit { (first_submit, last_submit.min(outcome.end)) } else { (outcome.start, outcome.end) };
     let mut in_span: i64 = 0;
     for r in &outcome.runs {
         let gs = r.gpus as i64 * (r.end - r.start);
@@ -524,7 +526,11 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             at_95_submission += usize::from(ratio_sub.is_some_and(|r| r >= 0.95 - 1e-9));
         }
         if refused_jobs > 0 && jobs_per_leaf[l] == 0 {
-            warnings.push(format!("every job of {} was refused ({refused_jobs}, {:.0} GPU-hours): it is owed nothing and delivered nothing", node.path, refused_work as f64 / HOUR as f64));
+            warnings.push(format!(
+                "every job of {} was refused ({refused_jobs}, {:.0} GPU-hours): it is owed nothing and delivered nothing",
+                node.path,
+                refused_work as f64 / HOUR as f64
+            ));
         }
         let mut w = std::mem::take(&mut by_leaf[l]);
         w.sort_unstable();
@@ -723,7 +729,14 @@ pub fn table(reports: &[Report]) -> String {
     row("jobs_cancelled", &|r| r.jobs_cancelled.to_string());
     row("jobs_refused", &|r| r.jobs_refused.to_string());
     row("jobs_unfinished", &|r| r.jobs_unfinished.to_string());
-    row("work not done (GPU-h)", &|r| format!("{} of {} ({}%)", fixed(r.not_completed_gpu_hours.values().sum::<f64>(), 0), fixed(r.submitted_gpu_hours, 0), fixed(100.0 * r.work_not_done_fraction, 1)));
+    row("work not done (GPU-h)", &|r| {
+        format!(
+            "{} of {} ({}%)",
+            fixed(r.not_completed_gpu_hours.values().sum::<f64>(), 0),
+            fixed(r.submitted_gpu_hours, 0),
+            fixed(100.0 * r.work_not_done_fraction, 1)
+        )
+    });
     row("wait_p50", &|r| human(r.wait_p50_s));
     row("wait_p90", &|r| human(r.wait_p90_s));
     row("wait_p99", &|r| human(r.wait_p99_s));
@@ -745,7 +758,10 @@ pub fn table(reports: &[Report]) -> String {
         ));
         rows.push((
             format!("{kind} preemptions (GPU-h lost)"),
-            reports.iter().map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({})", w.preemptions, fixed(w.gpu_hours_lost_to_preemption, 0)))).collect(),
+            reports
+                .iter()
+                .map(|r| r.by_kind.get(kind).map_or("-".into(), |w| format!("{} ({})", w.preemptions, fixed(w.gpu_hours_lost_to_preemption, 0))))
+                .collect(),
         ));
     }
     for class in SIZE_CLASSES {
@@ -814,7 +830,14 @@ pub fn table(reports: &[Report]) -> String {
             for r in reports {
                 let t = &r.teams[i];
                 let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{}%", fixed(100.0 * x, 0)));
-                let _ = write!(out, "  {:>10.0}  {:>10.0}  {:>6}  {:>7}", t.owed_gpu_hours, t.delivered_gpu_hours, pct(t.delivered_over_owed), pct(t.delivered_over_owed_at_submission));
+                let _ = write!(
+                    out,
+                    "  {:>10.0}  {:>10.0}  {:>6}  {:>7}",
+                    t.owed_gpu_hours,
+                    t.delivered_gpu_hours,
+                    pct(t.delivered_over_owed),
+                    pct(t.delivered_over_owed_at_submission)
+                );
             }
             out.push('\n');
         }

@@ -263,7 +263,12 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
     root.fill(&WHITE).map_err(err)?;
     root.draw(&Text::new(title.to_owned(), (20, 12), ("sans-serif", 24).into_font())).map_err(err)?;
     let small = ("sans-serif", 15).into_font();
-    root.draw(&Text::new("first to start at the top; each cell: budget node, the part of its share it used over the window, its place among its siblings".to_owned(), (20, 46), small.clone())).map_err(err)?;
+    root.draw(&Text::new(
+        "first to start at the top; each cell: budget node, the part of its share it used over the window, its place among its siblings".to_owned(),
+        (20, 46),
+        small.clone(),
+    ))
+    .map_err(err)?;
     let y0 = 80;
     root.draw(&Text::new("job".to_owned(), (20, y0), ("sans-serif", 16).into_font())).map_err(err)?;
     for l in 0..levels {

@@ -189,7 +189,14 @@ pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec, sma
     let preempt_rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
     let open_nodes = cluster.nodes.saturating_sub(small_job_nodes);
     let n = workload.jobs.len();
-    let mut out = Prepared { leaf: vec![None; n], contract: Vec::with_capacity(n), held: Vec::with_capacity(n), refused: vec![None; n], refusal: vec![None; n], clamped_to_cap: 0 };
+    let mut out = Prepared {
+        leaf: vec![None; n],
+        contract: Vec::with_capacity(n),
+        held: Vec::with_capacity(n),
+        refused: vec![None; n],
+        refusal: vec![None; n],
+        clamped_to_cap: 0,
+    };
     // Few distinct (min_runtime, priority) pairs: parse each once.
     type Parsed = Result<(Contract, bool), String>;
     let mut contracts: HashMap<(Option<i64>, PriorityLevel), Parsed> = HashMap::new();

@@ -505,12 +505,17 @@ fn parse_row<'r>(record: &'r csv::StringRecord, cols: &Columns, position: u32, s
     let cell = |i: usize| record.get(i).unwrap_or("");
     let opt = |i: Option<usize>| i.map(|i| (i, cell(i))).filter(|(_, s)| !s.is_empty());
     let mut problems: Vec<(usize, String)> = Vec::new();
-    let mut take = |i: usize, r: Result<i64, String>| -> Option<i64> {
-        r.map_err(|m| problems.push((i, m))).ok()
-    };
+    let mut take = |i: usize, r: Result<i64, String>| -> Option<i64> { r.map_err(|m| problems.push((i, m))).ok() };
     let submit = take(
         cols.submit,
-        whole("submit_s", cell(cols.submit), -MAX_SUBMIT_S, MAX_SUBMIT_S, "a whole number of seconds from -3153600000 to 3153600000 (100 years either side of 0)", None),
+        whole(
+            "submit_s",
+            cell(cols.submit),
+            -MAX_SUBMIT_S,
+            MAX_SUBMIT_S,
+            "a whole number of seconds from -3153600000 to 3153600000 (100 years either side of 0)",
+            None,
+        ),
     );
     let gpus = take(cols.gpus, whole("gpus", cell(cols.gpus), 1, MAX_GPUS.into(), "a whole number of at least 1", Some("at most 1000000 (GPUs for one job)")));
     let runtime = take(
@@ -550,7 +555,8 @@ fn parse_row<'r>(record: &'r csv::StringRecord, cols: &Columns, position: u32, s
         if kind.chars().count() > MAX_KIND_CHARS {
             problems.push((i, format!("kind is {} characters long: a kind is a short label such as debug, at most {MAX_KIND_CHARS}", kind.chars().count())));
         } else if kind.chars().any(char::is_control) {
-            problems.push((i, format!("kind '{}' holds a line break or another control character: a kind is a short label such as debug", kind.escape_debug())));
+            problems
+                .push((i, format!("kind '{}' holds a line break or another control character: a kind is a short label such as debug", kind.escape_debug())));
         }
     }
     let resumable = match opt(cols.resumable) {
@@ -682,7 +688,8 @@ mod tests {
             "jobs.csv:1: the header lacks the required column(s) runtime_s: it names submit_s,gpus,team; \
              the columns are submit_s,gpus,runtime_s,team (optional: job_id,user,min_runtime_s,resumable,priority,kind)"
         );
-        assert!(file_error(b"").starts_with("jobs.csv: the file is empty: a workload CSV starts with a header line naming its columns, submit_s,gpus,runtime_s,team"));
+        assert!(file_error(b"")
+            .starts_with("jobs.csv: the file is empty: a workload CSV starts with a header line naming its columns, submit_s,gpus,runtime_s,team"));
         assert!(file_error(b"\n\r\n  \n").starts_with("jobs.csv: the file is empty"));
         assert!(file_error(b",,\n1,2,3\n").contains("the header lacks the required column(s) submit_s, gpus, runtime_s, team: it names nothing"));
         assert_eq!(file_error(b"submit_s,gpus,runtime_s,team,GPUS\n"), "jobs.csv:1: column 5 (gpus): column 'gpus' appears twice, as columns 2 and 5");
@@ -771,10 +778,8 @@ mod tests {
 
     #[test]
     fn the_largest_accepted_values_are_read() {
-        let csv = format!(
-            "submit_s,gpus,runtime_s,team,min_runtime_s\n{},{MAX_GPUS},{MAX_RUNTIME_S},a,{MAX_RUNTIME_S}\n{},1,1,a,0\n",
-            MAX_SUBMIT_S, -MAX_SUBMIT_S
-        );
+        let csv =
+            format!("submit_s,gpus,runtime_s,team,min_runtime_s\n{},{MAX_GPUS},{MAX_RUNTIME_S},a,{MAX_RUNTIME_S}\n{},1,1,a,0\n", MAX_SUBMIT_S, -MAX_SUBMIT_S);
         let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
         assert_eq!(w.span(), (-MAX_SUBMIT_S, MAX_SUBMIT_S));
         assert_eq!(w.jobs[1].runtime, MAX_RUNTIME_S);

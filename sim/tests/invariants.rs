@@ -59,9 +59,8 @@ fn more_than_64_teams_keep_every_invariant() {
 }
 
 fn philly() -> Workload {
-    let path = std::env::var_os("ALLOT_PHILLY_TRACE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/philly-2017-09.csv"));
+    let path =
+        std::env::var_os("ALLOT_PHILLY_TRACE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data/philly-2017-09.csv"));
     let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("the Philly trace is needed at {} (or set ALLOT_PHILLY_TRACE): {e}", path.display()));
     Workload::from_csv(file, false).unwrap()
 }

@@ -87,9 +87,7 @@ fn within_a_team_a_higher_priority_job_takes_a_teammate_past_its_minimum_runtime
     // A normal-priority debug job of a never preempts, nor does one of b
     // (the margin keeps a running: a 7-day window; small jobs across teams
     // off here, see the next test).
-    let w = workload(
-        "1,0,8,36000,a,7200,true,normal\n2,3600,1,600,a,600,false,high\n3,3600,1,600,a,600,false,normal\n4,3600,1,600,b,600,false,normal\n",
-    );
+    let w = workload("1,0,8,36000,a,7200,true,normal\n2,3600,1,600,a,600,false,high\n3,3600,1,600,a,600,false,normal\n4,3600,1,600,b,600,false,normal\n");
     let sim = run(&w, &config("1x8", "grace = \"5m\"\nsmall_job_gpus = 0", PolicyKind::Allot));
     let train = runs_of(&sim, &w, 1);
     assert_eq!(train[0].ended, RunEnd::Preempted { signal: 2 * H }, "{train:?}");

@@ -10,7 +10,10 @@ const H: f64 = 3600.0;
 
 fn run(csv: &str, shape: &str, cluster_toml: &str) -> Report {
     let w = Workload::from_csv(csv.as_bytes(), false).unwrap_or_else(|e| panic!("{e}"));
-    let tree = BudgetTree::parse(&format!("[cluster]\n{cluster_toml}\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n")).unwrap();
+    let tree = BudgetTree::parse(&format!(
+        "[cluster]\n{cluster_toml}\n[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n"
+    ))
+    .unwrap();
     let mut cfg = Config::new(shape.parse::<ClusterSpec>().unwrap(), tree, PolicyKind::Allot);
     cfg.check_policy = true;
     let sim = simulate(&w, &cfg, &mut |_| {});
@@ -166,6 +169,7 @@ fn idle_gpus_split_by_cause_reservation_by_hand() {
 /// - job 0, requeued, starts again at 2 h on job 1's node;
 /// - job 3, b, 4 GPUs, at 2.5 h: at 3 h, job 0 past its protection again,
 ///   a has used 1.29 of its share and b 0.71, so it preempts job 0 again.
+///
 /// Job 0 lost its GPUs twice within the 8 hours the job that first took
 /// them is protected: one ping-pong (job 0's own minimum runtime, 1 h, had
 /// passed; the count before took only that into account and said 0).

@@ -17,11 +17,8 @@ include!(concat!(env!("OUT_DIR"), "/layout_checks.rs"));
 fn rust_layouts_match_the_c_compiler() {
     let checks = layout_checks();
     assert!(checks.len() > 1000, "the layout table looks truncated: {} rows", checks.len());
-    let mismatches: Vec<String> = checks
-        .iter()
-        .filter(|(_, _, rust, c)| rust != c)
-        .map(|(ty, item, rust, c)| format!("{ty}.{item}: Rust {rust}, C {c}"))
-        .collect();
+    let mismatches: Vec<String> =
+        checks.iter().filter(|(_, _, rust, c)| rust != c).map(|(ty, item, rust, c)| format!("{ty}.{item}: Rust {rust}, C {c}")).collect();
     assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
 }
 

@@ -27,16 +27,16 @@
 //! refused, saying why and what the admin runs: a job is never accepted
 //! unchecked, as it would run uncharged or on a budget its user is not in.
 
+use allot::budget::LeafId;
 use allot::budget::{BudgetTree, LeafRefusal};
 use allot::contract::{parse_comment, Contract, ContractError, ContractRules};
+use allot::preempt::WaitingJob;
 use allot_slurm::config::AllotConf;
 use allot_slurm::job::{Job, JobDesc, NotUtf8};
-use allot::budget::LeafId;
-use allot::preempt::WaitingJob;
 use allot_slurm::policy::{contract_of, leaf_of, preempt_rules, small_job_partition_route};
 use allot_slurm::snapshot::{FollowerThread, PolicySnapshot};
-use std::sync::Arc;
 use allot_slurm::{sys, JobSubmitPlugin, Plugin, Refusal};
+use std::sync::Arc;
 
 /// How often the budget is re-read from the ledger: new budgets apply to
 /// submissions within this long of `allot sync`.
@@ -86,7 +86,10 @@ impl Plugin for JobSubmitAllot {
     fn init() -> Result<Self, String> {
         let conf = allot_slurm::load_allot_conf()?;
         let follower = if allot_slurm::ctld::in_slurmctld() {
-            Some(FollowerThread::start("allot-submit", &conf.ledger, allot_slurm::cluster_name().as_deref(), allot_slurm::last_good_path(), FOLLOW_PERIOD).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+            Some(
+                FollowerThread::start("allot-submit", &conf.ledger, allot_slurm::cluster_name().as_deref(), allot_slurm::last_good_path(), FOLLOW_PERIOD)
+                    .map_err(|e| format!("cannot start the ledger thread: {e}"))?,
+            )
         } else {
             None
         };
@@ -193,7 +196,9 @@ impl JobSubmitPlugin for JobSubmitAllot {
         if let Some(small) = &self.conf.small_job_partition {
             let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
             let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge) };
-            if let Some(partition) = small_job_partition_route(small, requested.as_deref(), &waiting, preempt_rules(&s.tree)).map_err(small_partition_refusal)? {
+            if let Some(partition) =
+                small_job_partition_route(small, requested.as_deref(), &waiting, preempt_rules(&s.tree)).map_err(small_partition_refusal)?
+            {
                 log::debug!("a submission by uid {} may use the small-job nodes: partition {partition}", desc.user_id());
                 desc.set_partition(&partition);
             }
@@ -241,7 +246,11 @@ impl JobSubmitPlugin for JobSubmitAllot {
             // An update of the GPU request is judged by the larger of what it
             // names and what the job asked (its other counts may stay).
             let unit = s.tree.settings.charge;
-            let gpus = if desc.changes_gpu_request() { desc.units_requested_at_most(unit).max(job.units_requested_at_most(unit)) } else { job.units_requested_at_most(unit) };
+            let gpus = if desc.changes_gpu_request() {
+                desc.units_requested_at_most(unit).max(job.units_requested_at_most(unit))
+            } else {
+                job.units_requested_at_most(unit)
+            };
             let resulting = partition.as_deref().or(job.partition()).filter(|p| !p.trim().is_empty());
             if let Some(resulting) = resulting {
                 small_job_partition_route(small, Some(resulting), &WaitingJob { leaf, contract, gpus }, preempt_rules(&s.tree))

@@ -44,7 +44,10 @@ impl Plugin for PreemptAllot {
         let conf = allot_slurm::load_allot_conf()?;
         let follower = if allot_slurm::ctld::in_slurmctld() {
             let period = conf.recompute_period.min(MAX_FOLLOW_PERIOD);
-            Some(FollowerThread::start("allot-preempt", &conf.ledger, allot_slurm::cluster_name().as_deref(), allot_slurm::last_good_path(), period).map_err(|e| format!("cannot start the ledger thread: {e}"))?)
+            Some(
+                FollowerThread::start("allot-preempt", &conf.ledger, allot_slurm::cluster_name().as_deref(), allot_slurm::last_good_path(), period)
+                    .map_err(|e| format!("cannot start the ledger thread: {e}"))?,
+            )
         } else {
             None
         };

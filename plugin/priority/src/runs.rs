@@ -115,7 +115,6 @@ pub struct RunBook {
     unwritten: Vec<RunUpdate>,
 }
 
-
 impl RunBook {
     /// Starts from the ledger's runs that overlap the window.
     pub fn from_ledger(rows: Vec<RunRow>, tree: &BudgetTree) -> RunBook {
@@ -339,7 +338,19 @@ mod tests {
     }
 
     fn ended(job_id: u32, start: i64, end: i64, gpus: u32, leaf: &str, reason: &'static str) -> Ended {
-        Ended { job_id, run_start: start, run_end: end, gpus, leaf: Some(Arc::from(leaf)), allocated: true, account: None, user: None, reason, resumed_at: None, ran_before_resume: 0 }
+        Ended {
+            job_id,
+            run_start: start,
+            run_end: end,
+            gpus,
+            leaf: Some(Arc::from(leaf)),
+            allocated: true,
+            account: None,
+            user: None,
+            reason,
+            resumed_at: None,
+            ran_before_resume: 0,
+        }
     }
 
     fn charged(book: &RunBook, now: i64) -> Vec<i64> {

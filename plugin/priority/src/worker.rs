@@ -28,11 +28,11 @@ use allot::contract::ContractRules;
 use allot::fairshare::Ranking;
 use allot::occupancy::usage_in_window;
 use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
-use allot_ledger::{Location, ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Period, UsageSnapshot};
+use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Location, Period, UsageSnapshot};
 use allot_slurm::ctld::{Locked, Slurmctld};
 use allot_slurm::job::{EndState, Job, JobState};
-use allot_slurm::policy::{contract_held, contract_of, contract_of_comment, leaf_of, pending_job, running_job};
 use allot_slurm::last_good::LastGood;
+use allot_slurm::policy::{contract_held, contract_of, contract_of_comment, leaf_of, pending_job, running_job};
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
 
 use crate::runs::{Ended, Ending, Observed, RunBook};
@@ -270,10 +270,7 @@ struct UserNames(HashMap<u32, String>);
 
 impl UserNames {
     fn of(&mut self, uid: u32) -> String {
-        self.0
-            .entry(uid)
-            .or_insert_with(|| allot_slurm::user_name(uid))
-            .clone()
+        self.0.entry(uid).or_insert_with(|| allot_slurm::user_name(uid)).clone()
     }
 }
 
@@ -388,7 +385,10 @@ impl Worker {
                     self.book_loaded = true;
                 }
                 Err(e) if self.book.is_none() => {
-                    log::error!("cannot read past runs from {}: {e}; counting usage from now on, and adding the ledger's runs once it can be read", self.writer.location());
+                    log::error!(
+                        "cannot read past runs from {}: {e}; counting usage from now on, and adding the ledger's runs once it can be read",
+                        self.writer.location()
+                    );
                     self.writer.close();
                     self.book = Some(RunBook::default());
                 }
@@ -529,7 +529,11 @@ impl Worker {
                         preempting.push((id, j.preempt_time(), format!("after {} s of its run", j.preempt_time() - j.start_time())));
                     }
                     if !draining.is_empty() && draining.iter().any(|&n| j.holds_node(n)) && run.drain_due(now) && j.preempt_time() == 0 {
-                        to_requeue.push((id, RequeueWhy::Drain { start: j.start_time() }, format!("its node is draining and its minimum runtime ended at {}", run.protected_until())));
+                        to_requeue.push((
+                            id,
+                            RequeueWhy::Drain { start: j.start_time() },
+                            format!("its node is draining and its minimum runtime ended at {}", run.protected_until()),
+                        ));
                     }
                 }
                 JobState::Pending => {
@@ -686,12 +690,7 @@ impl Worker {
         self.ends_recorded.retain(|(id, _)| in_list.contains(id));
         self.preemptions_seen.retain(|(id, _)| in_list.contains(id));
         self.requeued_after_grace.retain(|(id, _)| in_list.contains(id));
-        log::debug!(
-            "recomputed: {} pending, {} running, {} priorities changed, capacity {capacity} GPUs",
-            pending.len(),
-            book.open_runs(),
-            changed
-        );
+        log::debug!("recomputed: {} pending, {} running, {} priorities changed, capacity {capacity} GPUs", pending.len(), book.open_runs(), changed);
         self.note_demand(tree, &demand, now);
         Recomputed { changed, ranking, usage, orphans, capacity, map }
     }
@@ -715,7 +714,10 @@ impl Worker {
     }
 
     fn note_demand_row(&mut self, row: DemandRow) {
-        let same = |a: &DemandRow, b: &DemandRow| (a.pending_allocated, a.pending_unallocated, a.running_allocated, a.running_unallocated) == (b.pending_allocated, b.pending_unallocated, b.running_allocated, b.running_unallocated);
+        let same = |a: &DemandRow, b: &DemandRow| {
+            (a.pending_allocated, a.pending_unallocated, a.running_allocated, a.running_unallocated)
+                == (b.pending_allocated, b.pending_unallocated, b.running_allocated, b.running_unallocated)
+        };
         if self.demand_last.get(&row.leaf).is_some_and(|last| same(last, &row)) {
             return;
         }

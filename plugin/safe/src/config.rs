@@ -176,7 +176,11 @@ mod tests {
 
     #[test]
     fn errors_name_file_and_line() {
-        let e = AllotConf::parse("LedgerPath=/x.db\n\nrecomputeperiod=0\nGrace=5\nRefuseUnknownAccounts=maybe\nLedgerPath=/y\nnonsense\n", Path::new("/etc/slurm/allot.conf")).unwrap_err();
+        let e = AllotConf::parse(
+            "LedgerPath=/x.db\n\nrecomputeperiod=0\nGrace=5\nRefuseUnknownAccounts=maybe\nLedgerPath=/y\nnonsense\n",
+            Path::new("/etc/slurm/allot.conf"),
+        )
+        .unwrap_err();
         let lines: Vec<String> = e.iter().map(|e| e.to_string()).collect();
         assert_eq!(lines.len(), 5, "{lines:#?}");
         assert!(lines[0].starts_with("/etc/slurm/allot.conf:3: RecomputePeriod must be"), "{}", lines[0]);

@@ -112,7 +112,10 @@ impl Slurmctld {
                 })
             })();
             if resolved.is_none() {
-                log::error!("cannot find slurmctld's job_list/lock_slurmctld/job_requeue symbols; is this the Slurm these plugins were built for ({})?", sys::SLURM_VERSION_STRING);
+                log::error!(
+                    "cannot find slurmctld's job_list/lock_slurmctld/job_requeue symbols; is this the Slurm these plugins were built for ({})?",
+                    sys::SLURM_VERSION_STRING
+                );
             }
             resolved
         })

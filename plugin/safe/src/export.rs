@@ -382,7 +382,13 @@ pub unsafe fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut 
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
-pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+pub unsafe fn job_modify<P: JobSubmitPlugin>(
+    instance: &Instance<P>,
+    desc: *mut sys::job_desc_msg_t,
+    job: *mut sys::job_record_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
     // SAFETY: as the caller guarantees.
     let rc = unsafe { job_modify_checked(instance, desc, job, submit_uid, err_msg) };
     if rc == sys::SLURM_SUCCESS {
@@ -395,7 +401,13 @@ pub unsafe fn job_modify<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut 
 ///
 /// # Safety
 /// As for [`job_modify`].
-unsafe fn job_modify_checked<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+unsafe fn job_modify_checked<P: JobSubmitPlugin>(
+    instance: &Instance<P>,
+    desc: *mut sys::job_desc_msg_t,
+    job: *mut sys::job_record_t,
+    submit_uid: u32,
+    err_msg: *mut *mut c_char,
+) -> c_int {
     guard("job_modify", sys::SLURM_SUCCESS, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
         // SAFETY: slurmctld passes the update request and the job record it applies to, holding the job write lock.
@@ -447,7 +459,12 @@ pub unsafe fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
 #[cfg(not(slurm_ge_25_05))]
-pub unsafe fn preempt_data<P: PreemptPlugin>(instance: &Instance<P>, job: *mut sys::job_record_t, kind: sys::slurm_preempt_data_type_t, data: *mut c_void) -> c_int {
+pub unsafe fn preempt_data<P: PreemptPlugin>(
+    instance: &Instance<P>,
+    job: *mut sys::job_record_t,
+    kind: sys::slurm_preempt_data_type_t,
+    data: *mut c_void,
+) -> c_int {
     guard("preempt_p_get_data", sys::SLURM_ERROR, || {
         let Some(p) = instance.load_full() else { return sys::SLURM_ERROR };
         if data.is_null() {
@@ -811,7 +828,9 @@ macro_rules! __allot_preempt_data {
         pub unsafe extern "C" fn preempt_p_get_mode(job_ptr: *mut $crate::sys::job_record_t) -> u16 {
             // SAFETY: slurmctld calls this symbol with a job record, holding its job lock.
             unsafe {
-                $crate::export::preempt_answer(&INSTANCE, "preempt_p_get_mode", job_ptr, $crate::sys::PREEMPT_MODE_OFF as u16, |m| $crate::export::PreemptQuery::Mode(m))
+                $crate::export::preempt_answer(&INSTANCE, "preempt_p_get_mode", job_ptr, $crate::sys::PREEMPT_MODE_OFF as u16, |m| {
+                    $crate::export::PreemptQuery::Mode(m)
+                })
             }
         }
         #[no_mangle]

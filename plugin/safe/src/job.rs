@@ -5,8 +5,8 @@
 //! plugins) or inside [`crate::ctld::Locked`]. The views read the fields the
 //! policy needs and nothing else, and never keep a pointer past that scope.
 
-use slurm_sys as sys;
 use allot::budget::Charged;
+use slurm_sys as sys;
 
 use crate::strings::{borrowed_str, borrowed_text, replace_slurm_string};
 
@@ -485,7 +485,9 @@ impl<'a> JobDesc<'a> {
     pub fn units_requested_at_most(&self, unit: Charged) -> u32 {
         match unit {
             Charged::Gpus => self.gpus_requested_at_most(),
-            Charged::Cpus if self.raw.max_cpus != 0 && self.raw.max_cpus != sys::NO_VAL => self.raw.max_cpus.max(if self.raw.min_cpus == sys::NO_VAL { 0 } else { self.raw.min_cpus }),
+            Charged::Cpus if self.raw.max_cpus != 0 && self.raw.max_cpus != sys::NO_VAL => {
+                self.raw.max_cpus.max(if self.raw.min_cpus == sys::NO_VAL { 0 } else { self.raw.min_cpus })
+            }
             Charged::Cpus => u32::MAX,
         }
     }
@@ -500,7 +502,9 @@ impl<'a> JobDesc<'a> {
             // SAFETY: request strings are NUL-terminated and owned by the request; not UTF-8: not a count we can read.
             unsafe { borrowed_text(p) }.map_err(|_| ())
         };
-        let (Ok(per_job), Ok(per_node), Ok(per_socket), Ok(per_task)) = (text(self.raw.tres_per_job), text(self.raw.tres_per_node), text(self.raw.tres_per_socket), text(self.raw.tres_per_task)) else {
+        let (Ok(per_job), Ok(per_node), Ok(per_socket), Ok(per_task)) =
+            (text(self.raw.tres_per_job), text(self.raw.tres_per_node), text(self.raw.tres_per_socket), text(self.raw.tres_per_task))
+        else {
             return u32::MAX;
         };
         let set = |n: u32| n != 0 && n != sys::NO_VAL;

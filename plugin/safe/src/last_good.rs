@@ -61,7 +61,11 @@ impl UsageCopy {
             computed_at: self.computed_at,
             budget_version: self.budget_version,
             capacity_gpus: self.capacity_gpus,
-            leaves: self.leaves.iter().map(|(leaf, charged, unallocated)| LeafUsage { leaf: leaf.clone(), charged: *charged, unallocated: *unallocated }).collect(),
+            leaves: self
+                .leaves
+                .iter()
+                .map(|(leaf, charged, unallocated)| LeafUsage { leaf: leaf.clone(), charged: *charged, unallocated: *unallocated })
+                .collect(),
         }
     }
 }
@@ -122,7 +126,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = path_in(dir.path());
         assert_eq!(LastGood::read(&path).unwrap(), None, "no copy yet");
-        let usage = UsageSnapshot { computed_at: 7, budget_version: 3, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5 }] };
+        let usage =
+            UsageSnapshot { computed_at: 7, budget_version: 3, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5 }] };
         let copy = LastGood::new(9, &allot_ledger::Location::File("/var/lib/allot/ledger.db".into()), 3, BUDGET, Some(&usage));
         copy.write(&path).unwrap();
         let (back, tree) = LastGood::read(&path).unwrap().unwrap();

@@ -46,9 +46,7 @@ pub fn now() -> i64 {
 pub fn load_allot_conf() -> Result<config::AllotConf, String> {
     // SAFETY: slurm_conf is libslurmfull's global configuration, read-only after startup; `slurm_conf.slurm_conf` is the path of slurm.conf.
     let slurm_conf = unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).slurm_conf) }.map(str::to_owned);
-    let slurm_conf = slurm_conf
-        .or_else(|| std::env::var("SLURM_CONF").ok())
-        .unwrap_or_else(|| "/etc/slurm/slurm.conf".to_owned());
+    let slurm_conf = slurm_conf.or_else(|| std::env::var("SLURM_CONF").ok()).unwrap_or_else(|| "/etc/slurm/slurm.conf".to_owned());
     let path = config::AllotConf::path_beside(std::path::Path::new(&slurm_conf));
     let conf = config::AllotConf::load(&path).map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))?;
     if conf.source.is_none() {

@@ -2,8 +2,8 @@
 
 use allot::budget::{BudgetTree, LeafId};
 use allot::contract::{parse_comment, Contract, ContractRules};
-use allot::order::PendingJob;
 use allot::fairshare::Ranking;
+use allot::order::PendingJob;
 use allot::preempt::{victim_order, PreemptRules, RunningJob, WaitingJob};
 
 use crate::job::Job;
@@ -18,10 +18,7 @@ pub fn contract_of(job: &Job<'_>, rules: ContractRules) -> Contract {
 
 /// The same, from a comment copied out of a job record.
 pub fn contract_of_comment(comment: Option<&str>, rules: ContractRules) -> Contract {
-    parse_comment(comment.unwrap_or(""), rules).map(|p| p.contract).unwrap_or(Contract {
-        min_runtime: rules.default_min_runtime,
-        priority: Default::default(),
-    })
+    parse_comment(comment.unwrap_or(""), rules).map(|p| p.contract).unwrap_or(Contract { min_runtime: rules.default_min_runtime, priority: Default::default() })
 }
 
 /// The contract a job holds on this cluster: the one it declared, but
@@ -93,7 +90,10 @@ pub fn small_job_partition_route(small: &str, requested: Option<&str>, job: &Wai
             let asks = if job.leaf.is_none() {
                 "is charged to no budget".to_owned()
             } else if job.gpus == u32::MAX {
-                format!("can be given any number of GPUs (GPUs per task without --ntasks, or per socket) with min_runtime={}", allot::duration::format_duration(job.contract.min_runtime))
+                format!(
+                    "can be given any number of GPUs (GPUs per task without --ntasks, or per socket) with min_runtime={}",
+                    allot::duration::format_duration(job.contract.min_runtime)
+                )
             } else {
                 format!("can be given up to {} GPUs with min_runtime={}", job.gpus, allot::duration::format_duration(job.contract.min_runtime))
             };
@@ -132,7 +132,9 @@ mod tests {
         assert!(route(Some("small"), &job(Some(0), u32::MAX, 600)).unwrap_err().contains("any number of GPUs"));
         assert!(route(Some("small"), &job(None, 1, 600)).unwrap_err().contains("charged to no budget"));
         let off = PreemptRules { small_job_gpus: 0, ..rules };
-        assert!(small_job_partition_route("small", Some("small"), &job(Some(0), 1, 600), off).unwrap_err().contains("kept for unallocated jobs (min_runtime=0);"));
+        assert!(small_job_partition_route("small", Some("small"), &job(Some(0), 1, 600), off)
+            .unwrap_err()
+            .contains("kept for unallocated jobs (min_runtime=0);"));
         // A partition whose name merely contains the small one's is another partition.
         assert_eq!(route(Some("smaller"), &job(Some(0), 16, 7200)), Ok(None));
     }

@@ -417,7 +417,8 @@ impl Follower {
         let tree = stored.tree().map_err(|e| format!("budget version {} does not validate: {e}", stored.version))?;
         // Accounts that edits within the window took from a leaf keep charging it.
         let since = crate::now() - tree.settings.lookback;
-        let earlier: Vec<BudgetTree> = ledger.earlier_versions_since(stored.version, since).map_err(|e| e.to_string())?.iter().filter_map(|v| v.tree().ok()).collect();
+        let earlier: Vec<BudgetTree> =
+            ledger.earlier_versions_since(stored.version, since).map_err(|e| e.to_string())?.iter().filter_map(|v| v.tree().ok()).collect();
         // As this cluster shares its GPUs (per-cluster shares and funding).
         let tree = Arc::new(tree.with_account_history(&earlier).for_cluster(self.ledger.cluster()));
         self.tree = Some(((generation, stored.version), tree.clone(), Arc::from(stored.toml.as_str())));
@@ -544,7 +545,8 @@ mod tests {
         assert!(!f.refresh(), "nothing changed");
 
         // a used a lot: b ranks first.
-        let snapshot = UsageSnapshot { computed_at: 50, budget_version: 1, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 1000, unallocated: 0 }] };
+        let snapshot =
+            UsageSnapshot { computed_at: 50, budget_version: 1, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 1000, unallocated: 0 }] };
         l.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
         assert!(f.refresh());
         let s = f.handle().load_full().unwrap();
@@ -593,7 +595,8 @@ mod tests {
         assert!(f.refresh_budget().is_none());
 
         // A copy where b used a lot: a ranks first, from the copy.
-        let usage = UsageSnapshot { computed_at: 50, budget_version: 4, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0 }] };
+        let usage =
+            UsageSnapshot { computed_at: 50, budget_version: 4, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0 }] };
         LastGood::new(60, &(&path).into(), 4, BUDGET, Some(&usage)).write(&copy_path).unwrap();
         assert!(f.refresh());
         let s = f.handle().load_full().unwrap();

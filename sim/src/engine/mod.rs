@@ -42,8 +42,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use allot::contract::{Contract, PriorityLevel};
 use allot::budget::BudgetTree;
+use allot::contract::{Contract, PriorityLevel};
 use allot::fairshare::{Ranker, Ranking};
 use allot::occupancy::OccupancyWindow;
 use allot::preempt::PreemptRules;

@@ -6,8 +6,8 @@ use allot::fairshare::Ranking;
 use allot::order::{order_jobs, PendingJob, QueueGroup};
 use allot::preempt::may_preempt_with;
 
-use super::waiting::{ChunkSummary, Position};
 use super::preemption::SmallerFailed;
+use super::waiting::{ChunkSummary, Position};
 use super::{Engine, Placement, PolicyKind};
 
 /// What a pass has learnt so far.
@@ -139,7 +139,16 @@ impl Engine<'_> {
             Mode::Main => self.cfg.default_queue_depth,
             Mode::Backfill => self.cfg.bf_max_job_test,
         };
-        let mut st = PassState { mode, victims_exist, searches: 0, min_fail: [u32::MAX; 2], min_fail_late: [u32::MAX; 2], shadow: None, group_room: None, walk: Walk::default() };
+        let mut st = PassState {
+            mode,
+            victims_exist,
+            searches: 0,
+            min_fail: [u32::MAX; 2],
+            min_fail_late: [u32::MAX; 2],
+            shadow: None,
+            group_room: None,
+            walk: Walk::default(),
+        };
         let mut tested = 0usize;
         'groups: for &g in &order {
             if tested >= depth {
@@ -244,7 +253,15 @@ impl Engine<'_> {
     /// would only fail (`try_job` would change nothing for them; had one
     /// ended the pass, no later job could have started either).
     #[inline(never)]
-    pub(super) fn next_that_might_start(&mut self, turn: &GroupTurn, cursor: Option<u32>, cutoff: Option<u32>, now: i64, st: &mut PassState, ranking: Option<&Ranking>) -> Option<u32> {
+    pub(super) fn next_that_might_start(
+        &mut self,
+        turn: &GroupTurn,
+        cursor: Option<u32>,
+        cutoff: Option<u32>,
+        now: i64,
+        st: &mut PassState,
+        ranking: Option<&Ranking>,
+    ) -> Option<u32> {
         let g = turn.group;
         let may_preempt = turn.allocated && st.searches < self.cfg.preempt_max_job_test;
         let mut bound = self.walk_bound(turn, may_preempt, st, ranking);
@@ -277,7 +294,8 @@ impl Engine<'_> {
         let same_possible = turn.same_leaf_possible(self);
         // Not when its turn would end the pass (nothing free, nothing to
         // take), nor around a reservation (a search there remembers nothing).
-        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist)).then_some(same_possible);
+        let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist))
+            .then_some(same_possible);
         let last = cutoff.unwrap_or(u32::MAX);
         // Read again whenever the walk changes the leaf's record.
         let mut smaller = self.smaller_failed_test(leaf, priority);
@@ -420,7 +438,8 @@ impl Engine<'_> {
     /// of the chunk's least (a removed job is skipped anyway).
     fn skips_chunk(&self, chunk: &ChunkSummary, bound: u32, smaller: &SmallerFailed, may_preempt: bool, st: &PassState) -> bool {
         chunk.min_held >= bound
-            || (chunk.min_held >= st.min_fail[1] && (!may_preempt || (!self.cfg.check_policy && smaller.holds(chunk.min_held, chunk.min_runtime, chunk.any_small))))
+            || (chunk.min_held >= st.min_fail[1]
+                && (!may_preempt || (!self.cfg.check_policy && smaller.holds(chunk.min_held, chunk.min_runtime, chunk.any_small))))
     }
 
     /// Non-empty groups, first to be served first. For allot, the groups'
@@ -554,7 +573,18 @@ impl Engine<'_> {
         };
         // Add up what each release frees, node by node, until `j` fits: on
         // one node, or (more than a node's GPUs) on enough whole nodes.
-        let mut scan = ReserveScan { held, g, all, now, need: (held / g) as usize, nodes: &self.nodes, jobs: &self.jobs, extra: &mut self.extra, touched: &mut touched, whole: &mut whole };
+        let mut scan = ReserveScan {
+            held,
+            g,
+            all,
+            now,
+            need: (held / g) as usize,
+            nodes: &self.nodes,
+            jobs: &self.jobs,
+            extra: &mut self.extra,
+            touched: &mut touched,
+            whole: &mut whole,
+        };
         let result = match &planned {
             Some(p) => scan.run(p.iter()),
             None => scan.run(self.releases.iter()),

@@ -2,9 +2,9 @@
 //! core's answer, with the books' shortcuts cross-checked against it), on
 //! which nodes, and the preemption itself (grace time, claim, requeue).
 
+use allot::budget::LeafId;
 use allot::contract::{Contract, PriorityLevel};
 use allot::fairshare::Ranking;
-use allot::budget::LeafId;
 use allot::preempt::{grace_for, may_preempt_with, victim_order, within_team, Outranking, RunningJob, WaitingJob};
 
 use super::events::EventKind;
@@ -177,7 +177,11 @@ impl Engine<'_> {
             // Which leaves is fixed for the pass (the ranking is); how many
             // of their GPUs are still running is not.
             let gpus = self.free_for_all_gpus
-                + if self.leaves <= 64 { self.unprotected_gpus_of(self.allowed_bits[row]) } else { self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>() };
+                + if self.leaves <= 64 {
+                    self.unprotected_gpus_of(self.allowed_bits[row])
+                } else {
+                    self.allowed_list[row].iter().map(|&v| self.unprotected_gpus[v as usize]).sum::<u32>()
+                };
             return (gpus, self.victim_gpus_cache[row].1);
         }
         let (w, small) = (row / 2, row % 2 == 1);
@@ -409,7 +413,14 @@ impl Engine<'_> {
     /// Preemption ignores the backfill reservation, as Slurm's main
     /// scheduler preempts without knowing of backfill's plans.
     /// `around`: a backfill reservation to leave alone.
-    pub(super) fn plan_preemption(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, around: Option<&Shadow>, searches: &mut usize) -> Option<PreemptPlan> {
+    pub(super) fn plan_preemption(
+        &mut self,
+        j: u32,
+        now: i64,
+        ranking: Option<&Ranking>,
+        around: Option<&Shadow>,
+        searches: &mut usize,
+    ) -> Option<PreemptPlan> {
         let mut scratch = std::mem::take(&mut self.preempt_scratch);
         let plan = self.plan_preemption_with(&mut scratch, j, now, ranking, around, searches);
         self.preempt_scratch = scratch;

@@ -148,7 +148,17 @@ pub struct Options {
 
 impl Default for Options {
     fn default() -> Self {
-        Options { recompute_period: 1, grace: 3, run_log: false, small_job_nodes: 0, accounting: false, cpu_only: false, server_ledger: false, backup_ctld: false, cluster_name: "allot" }
+        Options {
+            recompute_period: 1,
+            grace: 3,
+            run_log: false,
+            small_job_nodes: 0,
+            accounting: false,
+            cpu_only: false,
+            server_ledger: false,
+            backup_ctld: false,
+            cluster_name: "allot",
+        }
     }
 }
 
@@ -206,7 +216,9 @@ pub fn parse_jobs(text: &str) -> Vec<JobInfo> {
         let mut last_key: Option<String> = None;
         for token in line.split_whitespace() {
             match token.split_once('=') {
-                Some((k, v)) if k.chars().all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '/') && k.chars().next().is_some_and(|c| c.is_ascii_uppercase()) => {
+                Some((k, v))
+                    if k.chars().all(|c| c.is_ascii_alphanumeric() || c == ':' || c == '/') && k.chars().next().is_some_and(|c| c.is_ascii_uppercase()) =>
+                {
                     fields.insert(k.to_owned(), v.to_owned());
                     last_key = Some(k.to_owned());
                 }
@@ -269,14 +281,28 @@ impl TestCluster {
         SocketProxy::start(&self.dir.join("ledger-proxy.sock"), &socket)
     }
 
-    fn bring_up(name: &str, budget: Option<&str>, options: Options, serial: Option<MutexGuard<'static, ()>>, shared_ledger: Option<(String, String)>) -> TestCluster {
+    fn bring_up(
+        name: &str,
+        budget: Option<&str>,
+        options: Options,
+        serial: Option<MutexGuard<'static, ()>>,
+        shared_ledger: Option<(String, String)>,
+    ) -> TestCluster {
         let cluster_name = options.cluster_name;
         assert!(nix::unistd::Uid::current().is_root(), "cluster tests need root (they run slurmd and submit as test users); CI runs them as root");
         let release = Release::current();
         for f in ["libpriority_allot.so", "libjob_submit_allot.so", "libpreempt_allot.so", "libjobcomp_allot.so"] {
-            assert!(release.plugins.join(f).exists(), "{} is missing: build the plugins for Slurm {} first (the README's test command does)", release.plugins.join(f).display(), release.version);
+            assert!(
+                release.plugins.join(f).exists(),
+                "{} is missing: build the plugins for Slurm {} first (the README's test command does)",
+                release.plugins.join(f).display(),
+                release.version
+            );
         }
-        assert!(target_release().join("allot").exists(), "the allot command is missing: run `cargo build --release --workspace` first (the README's test command does)");
+        assert!(
+            target_release().join("allot").exists(),
+            "the allot command is missing: run `cargo build --release --workspace` first (the README's test command does)"
+        );
         ensure_users();
         // A port base per test name, so a leftover cluster cannot collide.
         let port_base = 20000 + (name.bytes().fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32)) % 400) as u16 * 10;
@@ -432,7 +458,13 @@ impl TestCluster {
     /// (SLURM_CONF set): e.g. what `allot associations` prints.
     pub fn run_script(&self, script: &str) -> Output {
         use std::io::Write;
-        let mut child = self.slurm_command(None, "sh").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().expect("sh runs");
+        let mut child = self
+            .slurm_command(None, "sh")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sh runs");
         child.stdin.take().unwrap().write_all(script.as_bytes()).unwrap();
         child.wait_with_output().unwrap()
     }
@@ -485,7 +517,22 @@ impl TestCluster {
             }
             std::thread::sleep(Duration::from_millis(250));
         }
-        let jobs: Vec<String> = self.jobs().iter().map(|j| format!("  {} {} {} prio={} restarts={} nodes={} comment={}", j.id, j.get("Account"), j.state(), j.priority(), j.restarts(), j.nodes(), j.comment())).collect();
+        let jobs: Vec<String> = self
+            .jobs()
+            .iter()
+            .map(|j| {
+                format!(
+                    "  {} {} {} prio={} restarts={} nodes={} comment={}",
+                    j.id,
+                    j.get("Account"),
+                    j.state(),
+                    j.priority(),
+                    j.restarts(),
+                    j.nodes(),
+                    j.comment()
+                )
+            })
+            .collect();
         panic!("timed out after {timeout:?} waiting for: {what}\njobs:\n{}", jobs.join("\n"));
     }
 
@@ -554,7 +601,10 @@ impl TestCluster {
 impl Drop for TestCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let logs = Command::new(repo().join("scripts/cluster.sh")).args(["logs", self.dir.to_str().unwrap(), "80"]).env("ALLOT_SLURM_RELEASE", &Release::current().name).output();
+            let logs = Command::new(repo().join("scripts/cluster.sh"))
+                .args(["logs", self.dir.to_str().unwrap(), "80"])
+                .env("ALLOT_SLURM_RELEASE", &Release::current().name)
+                .output();
             if let Ok(logs) = logs {
                 eprintln!("==== daemon logs of test cluster {} ====\n{}", self.name, text(&logs));
             }
@@ -571,7 +621,12 @@ impl Drop for TestCluster {
         // Nothing of this cluster may be left running: every daemon's command
         // line names its directory (as the daemons see it).
         let inner = self.inner(&self.dir);
-        let left = Command::new("pgrep").arg("-af").arg(format!("{}/(etc|munge|db|run)/", inner.display())).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+        let left = Command::new("pgrep")
+            .arg("-af")
+            .arg(format!("{}/(etc|munge|db|run)/", inner.display()))
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
         if !left.trim().is_empty() && !std::thread::panicking() {
             panic!("daemons of test cluster {} were left running after `cluster.sh down`:\n{left}", self.name);
         }
@@ -580,7 +635,12 @@ impl Drop for TestCluster {
                 if !cores.is_empty() {
                     let stacks: String = cores.iter().map(|c| core_stacks(&self.dir.join("run").join(c))).collect();
                     if !std::thread::panicking() {
-                        panic!("a daemon of test cluster {} crashed: {} in {} (kept for gdb)\n{stacks}", self.name, cores.join(", "), self.dir.join("run").display());
+                        panic!(
+                            "a daemon of test cluster {} crashed: {} in {} (kept for gdb)\n{stacks}",
+                            self.name,
+                            cores.join(", "),
+                            self.dir.join("run").display()
+                        );
                     }
                     eprintln!("a daemon of test cluster {} also left {}\n{stacks}", self.name, cores.join(", "));
                 } else if !std::thread::panicking() {
@@ -597,13 +657,20 @@ impl Drop for TestCluster {
 /// that crashed, and every thread's stack. CI keeps only the test's output,
 /// so the crash must be readable there. Without gdb, says so.
 fn core_stacks(core: &Path) -> String {
-    let gdb = |args: &[String]| Command::new("gdb").args(["-batch", "-nx"]).args(args).output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr));
+    let gdb = |args: &[String]| {
+        Command::new("gdb")
+            .args(["-batch", "-nx"])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr))
+    };
     let core_arg = core.display().to_string();
     let Ok(header) = gdb(&["-c".into(), core_arg.clone()]) else {
         return format!("==== {}: no gdb here to read it (scripts/install-deps.sh --debugger)\n", core.display());
     };
     // "Core was generated by `/usr/sbin/slurmctld -D -f ...'."
-    let program = header.lines().find_map(|l| l.strip_prefix("Core was generated by `")).and_then(|rest| rest.split([' ', '\'']).next()).unwrap_or("").to_owned();
+    let program =
+        header.lines().find_map(|l| l.strip_prefix("Core was generated by `")).and_then(|rest| rest.split([' ', '\'']).next()).unwrap_or("").to_owned();
     let root = Release::current().root.clone();
     // The daemons are started by name (argv[0] "slurmd"): find them where
     // Debian installs them, in the release's root if it has one.

@@ -52,8 +52,10 @@ fn a1_the_budget_gives_slurmdbd_its_accounts_and_associations() {
     assert!(script.contains("sacctmgr -i add account teama Cluster=allot 'Description=allot budget lab/teama' Organization=lab"), "{script}");
     let ran = c.run_script(&script);
     assert!(ran.status.success(), "the printed sacctmgr lines failed:\n{}", text(&ran));
-    let want: Vec<(String, String)> =
-        [("other", "carol"), ("teama", "alice"), ("teama", "dave"), ("teamb", "bob"), ("teamb", "dave")].iter().map(|(a, u)| (a.to_string(), u.to_string())).collect();
+    let want: Vec<(String, String)> = [("other", "carol"), ("teama", "alice"), ("teama", "dave"), ("teamb", "bob"), ("teamb", "dave")]
+        .iter()
+        .map(|(a, u)| (a.to_string(), u.to_string()))
+        .collect();
     assert_eq!(associations(&c), want);
     // --apply finds nothing missing.
     assert!(apply_associations(&c).contains("every account and association the budget needs is there (3 accounts, 4 users)"));
@@ -218,7 +220,11 @@ fn a3_allot_charges_what_sacct_records_within_one_percent() {
             e[3] += gpu_s;
         }
     }
-    eprintln!("GPU-seconds per account [sacct, ledger, sacct of allocated jobs, ledger charged]: {by_account:?}; {} sacct runs, {} ledger runs", slurm.len(), ledger.values().flatten().count());
+    eprintln!(
+        "GPU-seconds per account [sacct, ledger, sacct of allocated jobs, ledger charged]: {by_account:?}; {} sacct runs, {} ledger runs",
+        slurm.len(),
+        ledger.values().flatten().count()
+    );
     assert!(by_account.len() >= 3, "{by_account:?}");
     let within = |a: i64, b: i64| (a - b).abs() as f64 <= 0.01 * a.max(b) as f64;
     for (account, [s_all, l_all, s_alloc, l_charged]) in &by_account {

@@ -6,13 +6,10 @@
 //! build (`cargo build --release --workspace`): the README's test command
 //! does all of it.
 
-
-
 use std::collections::HashMap;
 
-use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
 use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, Options, Release, TestCluster, BUDGET};
-
+use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
 
 /// Team A used 32 GPUs for the last half hour: twice its allocation (a
 /// quarter of 32 GPUs over the one-hour window).
@@ -46,7 +43,6 @@ fn start_with_history(name: &str, options: Options) -> TestCluster {
     c
 }
 
-
 /// The harness itself: a daemon that crashes fails its test, and the failure
 /// shows the crashed program's stack (all CI keeps is the output).
 #[test]
@@ -55,7 +51,9 @@ fn t0_a_crashed_daemon_fails_the_test_and_shows_its_stack() {
     let pid = std::fs::read_to_string(c.dir.join("pids/slurmd-n4.pid")).unwrap();
     let out = std::process::Command::new("kill").args(["-SEGV", pid.trim()]).output().unwrap();
     assert!(out.status.success(), "kill: {}", text(&out));
-    c.wait_for("slurmd n4 dumps core", secs(20), || std::fs::read_dir(c.dir.join("run")).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("core")));
+    c.wait_for("slurmd n4 dumps core", secs(20), || {
+        std::fs::read_dir(c.dir.join("run")).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with("core"))
+    });
     let dir = c.dir.clone();
     let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(c))).expect_err("dropping a cluster whose daemon crashed fails the test");
     let message = failure.downcast_ref::<String>().cloned().unwrap_or_default();
@@ -211,11 +209,17 @@ fn t4_protected_until_its_minimum_runtime_then_preempted_when_it_ranks_lower() {
 fn t5_a_preempted_resumable_job_runs_again_even_if_it_exits_on_sigterm() {
     let c = TestCluster::start("resume", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 6, ..Options::default() });
     // Three plain unallocated jobs, and one that checkpoints on SIGTERM and exits 0.
-    let plain: Vec<u32> = (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-x", "n4", &sleep_job(600)]).unwrap()).collect();
+    let plain: Vec<u32> =
+        (0..3).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", "-x", "n4", &sleep_job(600)]).unwrap()).collect();
     let script = "#!/bin/bash\ntrap 'echo checkpoint; exit 0' TERM\nsleep 600 &\nwait\n";
     let script_path = c.job_dir().join("ckpt.sh");
     std::fs::write(&script_path, script).unwrap();
-    let ckpt = c.sbatch("alice", &["--gres=gpu:8", "--comment=ckpt min_runtime=0", "--requeue", "-w", "n4", "--signal=B:TERM@6", c.inner(&script_path).to_str().unwrap()]).unwrap();
+    let ckpt = c
+        .sbatch(
+            "alice",
+            &["--gres=gpu:8", "--comment=ckpt min_runtime=0", "--requeue", "-w", "n4", "--signal=B:TERM@6", c.inner(&script_path).to_str().unwrap()],
+        )
+        .unwrap();
     c.wait_for("all run", secs(30), || plain.iter().chain([&ckpt]).all(|&j| c.job(j).state() == "RUNNING"));
     // An allocated job that can only run on n4 takes the checkpointing job's GPUs.
     let preemptor = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=5m", "-w", "n4", &sleep_job(600)]).unwrap();
@@ -484,8 +488,16 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
         assert!(e.contains(wanted), "sbatch {args:?}: wanted {wanted:?}, got:\n{e}");
     };
     let kept = "partition 'small' is kept for small jobs (at most 8 GPUs and min_runtime at most 30m) and unallocated ones (min_runtime=0)";
-    refused("bob", &["-p", "small", "--gres=gpu:8", "--comment=min_runtime=2h", &sleep_job(5)], &format!("{kept}; this job can be given up to 8 GPUs with min_runtime=2h"));
-    refused("bob", &["-p", "gpu,small", "--gres=gpu:4", "--nodes=1-4", "--comment=min_runtime=10m", &sleep_job(5)], "this job can be given up to 16 GPUs with min_runtime=10m");
+    refused(
+        "bob",
+        &["-p", "small", "--gres=gpu:8", "--comment=min_runtime=2h", &sleep_job(5)],
+        &format!("{kept}; this job can be given up to 8 GPUs with min_runtime=2h"),
+    );
+    refused(
+        "bob",
+        &["-p", "gpu,small", "--gres=gpu:4", "--nodes=1-4", "--comment=min_runtime=10m", &sleep_job(5)],
+        "this job can be given up to 16 GPUs with min_runtime=10m",
+    );
     // A small job that names another partition stays there.
     let named = c.sbatch("bob", &["-p", "gpu", "--hold", "--gres=gpu:1", "--comment=min_runtime=10m", &sleep_job(5)]).unwrap();
     assert_eq!(c.job(named).get("Partition"), "gpu");
@@ -580,7 +592,10 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     for (leaf, (demand, delivered, tolerance)) in &want {
         let n = node(leaf);
         let (d, g) = (f(&n["demand_gpu_hours"]) * 3600.0, f(&n["delivered_gpu_hours"]) * 3600.0);
-        assert!((d - demand).abs() <= *tolerance, "{leaf}: demand {d} GPU-s in the report, {demand} from Slurm's times (the held and the parked job add none), tolerance {tolerance}");
+        assert!(
+            (d - demand).abs() <= *tolerance,
+            "{leaf}: demand {d} GPU-s in the report, {demand} from Slurm's times (the held and the parked job add none), tolerance {tolerance}"
+        );
         assert!((g - delivered).abs() <= 0.01 * delivered + 3.6, "{leaf}: delivered {g} GPU-s in the report, {delivered} from Slurm's times");
         assert!(f(&n["owed_gpu_hours"]) <= f(&n["demand_gpu_hours"]) + 1e-3, "{leaf}: owed more than it wanted: {n}");
     }
@@ -591,7 +606,11 @@ fn t13_allot_report_gives_each_budget_the_demand_delivery_and_waits_slurm_saw() 
     // teama had the cluster to itself while the others were not there: all it delivered was owed.
     assert!(f(&node("lab/teama")["owed_gpu_hours"]) >= 0.99 * f(&node("lab/teama")["delivered_gpu_hours"]), "{r}");
     let delivered: f64 = want.values().map(|w| w.1).sum();
-    assert!((f(&r["occupancy"]) * 32.0 * span - delivered).abs() <= 0.01 * delivered + 36.0, "occupancy {} over {span} s against {delivered} GPU-s delivered", r["occupancy"]);
+    assert!(
+        (f(&r["occupancy"]) * 32.0 * span - delivered).abs() <= 0.01 * delivered + 36.0,
+        "occupancy {} over {span} s against {delivered} GPU-s delivered",
+        r["occupancy"]
+    );
 
     // Waits, by Slurm's start and submit times (nearest rank), and by kind.
     waits.sort_unstable();
@@ -629,7 +648,8 @@ fn t14_the_plugins_share_slurmctlds_one_sqlite() {
         };
         let nm = std::process::Command::new("nm").arg(&here).output().expect("nm (binutils) runs");
         assert!(nm.status.success(), "nm {}: {}", here.display(), text(&nm));
-        let own: Vec<String> = String::from_utf8_lossy(&nm.stdout).lines().filter(|l| l.contains(" T sqlite3_") || l.contains(" t sqlite3_")).map(str::to_owned).take(3).collect();
+        let own: Vec<String> =
+            String::from_utf8_lossy(&nm.stdout).lines().filter(|l| l.contains(" T sqlite3_") || l.contains(" t sqlite3_")).map(str::to_owned).take(3).collect();
         assert!(own.is_empty(), "{} has SQLite of its own: {own:?}", here.display());
     }
 }
@@ -718,7 +738,9 @@ fn t16_a_cpu_only_cluster_shares_and_charges_cpus() {
     c.wait_for("teamb's waiting job ranks above teama's", secs(30), || c.job(b_waits).priority() > c.job(a_waits).priority());
     c.slurm(None, "scancel", &[&whole_node.to_string(), &memory_node.to_string(), &four.to_string(), &a_waits.to_string(), &b_waits.to_string()]);
     let l = || c.ledger();
-    c.wait_for("the runs are closed in the ledger", secs(30), || [whole_node, memory_node, four].iter().all(|&j| l().runs_of_job(j).unwrap().iter().any(|r| r.run_end.is_some())));
+    c.wait_for("the runs are closed in the ledger", secs(30), || {
+        [whole_node, memory_node, four].iter().all(|&j| l().runs_of_job(j).unwrap().iter().any(|r| r.run_end.is_some()))
+    });
     // Charged what each kept from others: a whole node's CPUs, a whole node's
     // memory (its CPUs' worth), four CPUs.
     let charged = |j: u32| l().runs_of_job(j).unwrap()[0].gpus;

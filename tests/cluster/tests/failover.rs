@@ -54,10 +54,8 @@ fn f1_a_killed_primary_controller_loses_no_run_no_contract_and_no_order() {
     // Three nodes: allocated jobs inside a 90-s minimum runtime that they
     // never leave (they end at 85 s); one node: an unallocated job (free,
     // preemptible by any allocated job).
-    let protected: Vec<u32> = ["alice", "carol", "alice"]
-        .iter()
-        .map(|u| c.sbatch(u, &["--gres=gpu:8", "--comment=min_runtime=90s", "--requeue", &sleep_job(85)]).unwrap())
-        .collect();
+    let protected: Vec<u32> =
+        ["alice", "carol", "alice"].iter().map(|u| c.sbatch(u, &["--gres=gpu:8", "--comment=min_runtime=90s", "--requeue", &sleep_job(85)]).unwrap()).collect();
     // (Long enough that only the preemption ends its first run.)
     let free = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", &sleep_job(150)]).unwrap();
     let mut jobs: Vec<u32> = protected.iter().copied().chain([free]).collect();
@@ -155,7 +153,11 @@ fn f1_a_killed_primary_controller_loses_no_run_no_contract_and_no_order() {
     assert!(first_end >= preempt_time + GRACE - 1, "the free job kept its grace time: preempted at {preempt_time}, run ended at {first_end}");
     assert!(first_end <= preempt_time + GRACE + 45, "the free job was requeued at its grace time's end: preempted at {preempt_time}, run ended at {first_end}");
     eprintln!("failover: the free job's run ended {} s after its preemption (grace {GRACE} s)", first_end - preempt_time);
-    let ledger_gpu_s: i64 = ledger.iter().filter(|((j, s), _)| slurm_last.get(j).is_some_and(|(start, _)| start == s)).map(|((_, s), (e, g, _))| (e.unwrap() - s) * *g as i64).sum();
+    let ledger_gpu_s: i64 = ledger
+        .iter()
+        .filter(|((j, s), _)| slurm_last.get(j).is_some_and(|(start, _)| start == s))
+        .map(|((_, s), (e, g, _))| (e.unwrap() - s) * *g as i64)
+        .sum();
     eprintln!(
         "failover: {} runs in Slurm's records and {} in the ledger; {slurm_gpu_s} GPU-s each side ({ledger_gpu_s} in the ledger); order before {order_before:?}, after {order_after:?}",
         jobs.len() + 1,

@@ -5,19 +5,15 @@
 //! Needs root and the packages of `scripts/install-deps.sh`, and the release
 //! build: the README's test command does all of it.
 
-
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
-use allot_ledger::{Ledger, RunRow};
 use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, JobInfo, Options, TestCluster, BUDGET};
-
+use allot_ledger::{Ledger, RunRow};
 
 /// The shipped RecomputePeriod (conf/allot.conf): charging must not depend on it.
 const SHIPPED_PERIOD: u32 = 30;
-
 
 fn field_i64(job: &JobInfo, key: &str) -> i64 {
     job.get(key).parse().unwrap_or_else(|_| panic!("job {} {key}={:?} is not a number (SLURM_TIME_FORMAT=%s?)", job.id, job.get(key)))
@@ -79,7 +75,9 @@ fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
     let array = c.sbatch("alice", &["--gres=gpu:1", "--array=0-4", "--comment=min_runtime=10s", &sleep_job(1)]).unwrap();
     c.wait_for("all short jobs complete", secs(120), || {
         let all = c.jobs();
-        jobs.iter().all(|&j| c.job(j).state() == "COMPLETED") && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).count() == 5 && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).all(|j| j.state() == "COMPLETED")
+        jobs.iter().all(|&j| c.job(j).state() == "COMPLETED")
+            && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).count() == 5
+            && all.iter().filter(|j| j.get("ArrayJobId") == array.to_string()).all(|j| j.state() == "COMPLETED")
     });
     let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
     let tasks: Vec<u32> = slurm.values().filter(|j| j.get("ArrayJobId") == array.to_string()).map(|j| j.id).collect();
@@ -88,7 +86,11 @@ fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
     for id in &tasks {
         let (r, s) = (&task_runs[id], &slurm[id]);
         assert_eq!(r.len(), 1, "array task {id}: {r:?}");
-        assert_eq!((r[0].run_start, r[0].run_end, r[0].leaf.as_deref()), (field_i64(s, "StartTime"), Some(field_i64(s, "EndTime")), Some("lab/teama")), "array task {id}");
+        assert_eq!(
+            (r[0].run_start, r[0].run_end, r[0].leaf.as_deref()),
+            (field_i64(s, "StartTime"), Some(field_i64(s, "EndTime")), Some("lab/teama")),
+            "array task {id}"
+        );
     }
     let runs = wait_for_runs(&c, &jobs, 1);
     for (i, &id) in jobs.iter().enumerate() {
@@ -106,10 +108,8 @@ fn h1_short_jobs_are_charged_whatever_the_recompute_period() {
 fn h2_odd_account_spellings_are_charged_to_the_budget_checked() {
     let c = TestCluster::start("spellings", BUDGET, Options::default());
     let spellings = [" teama", "TeamA ", "", "  TEAMA  "];
-    let jobs: Vec<u32> = spellings
-        .iter()
-        .map(|a| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &format!("--account={a}"), &sleep_job(2)]).unwrap())
-        .collect();
+    let jobs: Vec<u32> =
+        spellings.iter().map(|a| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &format!("--account={a}"), &sleep_job(2)]).unwrap()).collect();
     for (&id, a) in jobs.iter().zip(spellings) {
         assert_eq!(c.job(id).get("Account"), "teama", "-A {a:?} must become the budget's own account");
     }
@@ -193,7 +193,9 @@ fn h4_only_an_exit_in_the_grace_time_is_requeued_not_a_users_scancel() {
     let c = TestCluster::start("graceend", &with_unallocated_grace(BUDGET), Options { recompute_period: 1, grace: 20, ..Options::default() });
     let script = c.job_dir().join("stubborn.sh");
     std::fs::write(&script, STUBBORN).unwrap();
-    let free = c.sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", c.inner(&script).to_str().unwrap()]).unwrap();
+    let free = c
+        .sbatch("alice", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=0", "--requeue", "--signal=B:TERM@20", c.inner(&script).to_str().unwrap()])
+        .unwrap();
     c.wait_state(free, "RUNNING", secs(30));
     let preemptor = c.sbatch("bob", &["--gres=gpu:8", "-w", "n4", "--comment=min_runtime=5m", &sleep_job(600)]).unwrap();
     c.wait_for("the free job is being preempted", secs(60), || {
@@ -257,7 +259,8 @@ fn closed_runs(l: &Ledger) -> BTreeMap<(u32, i64), (i64, u32, Option<String>)> {
 fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
     let c = TestCluster::start("ledgerfault", BUDGET, Options::default());
     let t0 = now();
-    let short: Vec<u32> = (0..6).map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
+    let short: Vec<u32> =
+        (0..6).map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
     let long = c.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=1m", &sleep_job(600)]).unwrap();
     c.wait_for("the short jobs end", secs(60), || short.iter().all(|&j| c.job(j).state() == "COMPLETED"));
     c.wait_state(long, "RUNNING", secs(30));
@@ -276,7 +279,12 @@ fn h6_a_corrupt_or_deleted_ledger_loses_no_run() {
     std::thread::sleep(secs(4));
     let now_bytes = std::fs::read(c.ledger_path()).unwrap();
     let first_change = now_bytes.iter().zip(&garbage).position(|(a, b)| a != b);
-    assert!(now_bytes.len() == garbage.len() && first_change.is_none(), "the plugin wrote into a file that is not a ledger: {} bytes (was {}), first change at {first_change:?}", now_bytes.len(), garbage.len());
+    assert!(
+        now_bytes.len() == garbage.len() && first_change.is_none(),
+        "the plugin wrote into a file that is not a ledger: {} bytes (was {}), first change at {first_change:?}",
+        now_bytes.len(),
+        garbage.len()
+    );
     let log = c.ctld_log();
     // One line for the thread that reads the budget, one for the writer:
     // not one per period or per job (the fault lasted several periods and
@@ -444,7 +452,8 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
     // that no other run of the job has.
     for &(j, end, gpus) in &requeued_by_slurm {
         let start = seen_starts.get(&j).and_then(|s| s.iter().rev().find(|&&s| s <= end && !slurm.contains_key(&(j, s))).copied());
-        let start = start.unwrap_or_else(|| panic!("job {j}: Slurm requeued a run ending at {end}, but no start of it was seen (starts seen: {:?})", seen_starts.get(&j)));
+        let start = start
+            .unwrap_or_else(|| panic!("job {j}: Slurm requeued a run ending at {end}, but no start of it was seen (starts seen: {:?})", seen_starts.get(&j)));
         eprintln!("job {j}: Slurm requeued its run {start}..{end} by itself");
         slurm.insert((j, start), (end, gpus));
     }
@@ -523,12 +532,17 @@ fn h8_a_full_ledger_disk_loses_no_run() {
     // slurmctld pointed at it.
     let disk = SmallDisk::mount(c.dir.join("ledgerdisk"), "16m");
     let ledger = disk.0.join("ledger.db");
-    let allot = |args: &[&str]| std::process::Command::new(allot_cluster_tests::target_release().join("allot")).arg("--ledger").arg(&ledger).args(args).output().unwrap();
+    let allot = |args: &[&str]| {
+        std::process::Command::new(allot_cluster_tests::target_release().join("allot")).arg("--ledger").arg(&ledger).args(args).output().unwrap()
+    };
     let sync = allot(&["sync", c.dir.join("budgets.toml").to_str().unwrap()]);
     assert!(sync.status.success(), "{}", text(&sync));
     let conf = c.dir.join("etc/allot.conf");
     let text_conf = std::fs::read_to_string(&conf).unwrap();
-    let moved: String = text_conf.lines().map(|l| if l.starts_with("LedgerPath=") { format!("LedgerPath={}\n", c.inner(&ledger).display()) } else { format!("{l}\n") }).collect();
+    let moved: String = text_conf
+        .lines()
+        .map(|l| if l.starts_with("LedgerPath=") { format!("LedgerPath={}\n", c.inner(&ledger).display()) } else { format!("{l}\n") })
+        .collect();
     assert_ne!(moved, text_conf, "allot.conf has a LedgerPath line");
     std::fs::write(&conf, moved).unwrap();
     c.restart_slurmctld();
@@ -537,11 +551,15 @@ fn h8_a_full_ledger_disk_loses_no_run() {
         Some(jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect())
     };
     let before: Vec<u32> = (0..2).map(|_| c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]).unwrap()).collect();
-    c.wait_for("runs reach the ledger on its own disk", secs(60), || runs_of(&before).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some()))));
+    c.wait_for("runs reach the ledger on its own disk", secs(60), || {
+        runs_of(&before).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some())))
+    });
 
     // Full. Jobs still start and end, and each is still checked at sbatch.
     let filler = disk.fill();
-    let during: Vec<u32> = (0..6).map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(1 + i % 3)]).unwrap()).collect();
+    let during: Vec<u32> = (0..6)
+        .map(|i| c.sbatch(if i % 2 == 0 { "alice" } else { "bob" }, &["--gres=gpu:2", "--comment=min_runtime=5s", &sleep_job(1 + i % 3)]).unwrap())
+        .collect();
     let refused = c.sbatch("alice", &["--comment=min_runtime=9h", &sleep_job(5)]);
     assert!(refused.unwrap_err().contains("exceeds the cluster cap of 8h"), "contracts are checked on a full disk");
     // A manager's edit is refused with what to do, and changes nothing.
@@ -554,7 +572,9 @@ fn h8_a_full_ledger_disk_loses_no_run() {
     assert!(text(&sync).contains("is full") && text(&sync).contains("df -h"), "{}", text(&sync));
     assert_eq!(version(), was, "the refused sync changed the ledger");
     c.wait_for("jobs run and end on a full ledger disk", secs(60), || during.iter().all(|&j| c.job(j).state() == "COMPLETED"));
-    c.wait_for("the plugin says the ledger cannot be written", secs(30), || c.ctld_log().lines().any(|l| l.contains("priority/allot") && l.contains("writing the ledger") && l.contains("kept in memory")));
+    c.wait_for("the plugin says the ledger cannot be written", secs(30), || {
+        c.ctld_log().lines().any(|l| l.contains("priority/allot") && l.contains("writing the ledger") && l.contains("kept in memory"))
+    });
     let log = c.ctld_log();
     let lines: Vec<&str> = log.lines().filter(|l| l.contains("priority/allot") && l.contains("error:") && l.contains("writing the ledger")).collect();
     assert!(lines.iter().any(|l| l.contains("full")), "the message says the disk is full:\n{}", lines.join("\n"));
@@ -564,7 +584,9 @@ fn h8_a_full_ledger_disk_loses_no_run() {
 
     // Space again: every run of the fault arrives, as Slurm ran it.
     std::fs::remove_file(filler).unwrap();
-    c.wait_for("the kept runs reach the ledger", secs(60), || runs_of(&during).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some()))));
+    c.wait_for("the kept runs reach the ledger", secs(60), || {
+        runs_of(&during).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some())))
+    });
     let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
     let runs = runs_of(&during).unwrap();
     for &id in before.iter().chain(&during) {
@@ -608,7 +630,8 @@ fn h9_a_slurmctld_started_without_a_readable_ledger_never_accepts_a_job_unchecke
         refused("alice", &["--account=teamb", &sleep_job(5)], "not a member of budget lab/teamb");
         refused("alice", &["--comment=min_runtime=9h", &sleep_job(5)], "exceeds the cluster cap of 8h");
         refused("alice", &["--comment=min_runtime=1h,min_runtime=0", &sleep_job(5)], "min_runtime");
-        let ok = c.sbatch("carol", &["--hold", "--comment=sweep min_runtime=1m", &sleep_job(5)]).unwrap_or_else(|e| panic!("{when}: a good job was refused: {e}"));
+        let ok =
+            c.sbatch("carol", &["--hold", "--comment=sweep min_runtime=1m", &sleep_job(5)]).unwrap_or_else(|e| panic!("{when}: a good job was refused: {e}"));
         assert_eq!(c.job(ok).comment(), "sweep min_runtime=1m priority=normal", "{when}");
         assert_eq!(c.job(ok).get("Account"), "other", "{when}");
     };
@@ -729,7 +752,11 @@ fn h11_a_job_pays_for_the_gpus_its_cpus_or_memory_keep_from_others() {
     std::thread::sleep(secs(3));
     assert_eq!(c.job(kept_out).state(), "PENDING", "a 1-GPU job fits beside a job that holds all of n1's CPUs?");
     std::thread::sleep(secs(3));
-    c.slurm(None, "scancel", &[&one_gpu_all_cpus.to_string(), &no_gpu_all_cpus.to_string(), &one_gpu_all_memory.to_string(), &plain.to_string(), &kept_out.to_string()]);
+    c.slurm(
+        None,
+        "scancel",
+        &[&one_gpu_all_cpus.to_string(), &no_gpu_all_cpus.to_string(), &one_gpu_all_memory.to_string(), &plain.to_string(), &kept_out.to_string()],
+    );
     let runs = wait_for_runs(&c, &[one_gpu_all_cpus, no_gpu_all_cpus, one_gpu_all_memory, plain], 1);
     for id in blocking {
         assert_eq!(runs[&id][0].gpus, 8, "job {id} kept a whole node from others and must pay for it: {:?}", runs[&id]);
@@ -782,7 +809,11 @@ fn h12_budget_edits_move_usage_never_drop_it() {
     let moved = usage("lab/teamb2").unwrap();
     budget(&["remove", "lab/teamb2"]);
     let history = c.allot(&["history", "-n", "1"]);
-    assert!(text(&history).contains("= account teamb: no leaf has it now and lab/teamb2 is gone: its usage in the window counts in lab's"), "{}", text(&history));
+    assert!(
+        text(&history).contains("= account teamb: no leaf has it now and lab/teamb2 is gone: its usage in the window counts in lab's"),
+        "{}",
+        text(&history)
+    );
     wake_recompute(&c);
     c.wait_for("lab keeps the removed leaf's usage", secs(20), || usage("lab").is_some_and(|g| g >= moved));
 }

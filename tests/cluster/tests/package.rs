@@ -169,7 +169,8 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
     }
     assert!(table.iter().any(|r| r[3] == "squat" && r[6].parse::<u32>().unwrap_or(0) >= 1), "no squatter gave way:\n{said}");
     // Nobody was charged for squatting, and it was recorded.
-    let usage: Vec<Vec<&str>> = said.lines().skip_while(|l| !l.starts_with("LEAF ")).skip(1).take_while(|l| !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
+    let usage: Vec<Vec<&str>> =
+        said.lines().skip_while(|l| !l.starts_with("LEAF ")).skip(1).take_while(|l| !l.trim().is_empty()).map(|l| l.split_whitespace().collect()).collect();
     for leaf in ["robotics/simulation/sim2real", "robotics/simulation/physics"] {
         let row = usage.iter().find(|r| r[0] == leaf).unwrap_or_else(|| panic!("{leaf} is not in the usage table:\n{said}"));
         assert_eq!(row[3], "0.00", "{leaf} was charged for squatting: {row:?}");
@@ -178,7 +179,8 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
     // And the report: the squatters' budgets delivered their unallocated
     // time, charged nothing; no budget was owed more than it wanted.
     assert!(said.contains("budgets at 95% or more of what they were owed"), "the demo printed no report:\n{said}");
-    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap_or_default()).unwrap_or_else(|e| panic!("the demo's report.json: {e}"));
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).unwrap_or_default()).unwrap_or_else(|e| panic!("the demo's report.json: {e}"));
     let nodes = report["nodes"].as_array().unwrap_or_else(|| panic!("no nodes in {report}"));
     let num = |n: &serde_json::Value, k: &str| n[k].as_f64().unwrap_or_else(|| panic!("{k} in {n}"));
     for n in nodes {
@@ -192,7 +194,10 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
     // directory (the budget history, every charged run) stays.
     let out = package.purge();
     assert!(out.status.success(), "apt-get purge allot: {}", text(&out));
-    assert!(!installed(release, &format!("{plugin_dir}/priority_allot.so")).exists() && !installed(release, "/usr/bin/allot").exists(), "purge left allot behind");
+    assert!(
+        !installed(release, &format!("{plugin_dir}/priority_allot.so")).exists() && !installed(release, "/usr/bin/allot").exists(),
+        "purge left allot behind"
+    );
     assert!(!installed(release, "/etc/allot/budgets.toml").exists(), "purge left /etc/allot");
     assert!(installed(release, "/var/lib/allot").is_dir(), "purge removed the ledger's directory");
 }

@@ -36,10 +36,7 @@ fn slurm_runs(c: &TestCluster, jobs: &[u32]) -> BTreeMap<(u32, i64), (i64, i64)>
 /// (end, GPUs).
 fn ledger_runs(c: &TestCluster, jobs: &[u32]) -> BTreeMap<(u32, i64), (i64, i64)> {
     let Ok(l) = c.read_ledger().and_then(|l| l.for_cluster(Some(c.cluster_name.as_str()))) else { return BTreeMap::new() };
-    jobs.iter()
-        .flat_map(|&j| l.runs_of_job(j).unwrap_or_default())
-        .filter_map(|r| Some(((r.job_id, r.run_start), (r.run_end?, r.gpus as i64))))
-        .collect()
+    jobs.iter().flat_map(|&j| l.runs_of_job(j).unwrap_or_default()).filter_map(|r| Some(((r.job_id, r.run_start), (r.run_end?, r.gpus as i64)))).collect()
 }
 
 fn gpu_seconds(runs: &BTreeMap<(u32, i64), (i64, i64)>) -> i64 {
@@ -91,7 +88,8 @@ fn s1_a_server_ledger_charges_every_run_and_its_server_dying_mid_run_loses_none(
     // and scheduled, and their runs start and end.
     let refused = c.sbatch("mallory", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
     assert!(refused.is_err(), "an account outside the budget is refused while the server is down: {refused:?}");
-    let down_jobs: Vec<u32> = (0..4).map(|i| c.sbatch(["alice", "bob"][i % 2], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2 + i as u32)]).unwrap()).collect();
+    let down_jobs: Vec<u32> =
+        (0..4).map(|i| c.sbatch(["alice", "bob"][i % 2], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2 + i as u32)]).unwrap()).collect();
     jobs.extend(&down_jobs);
     c.wait_for("the jobs submitted while the server is down end", secs(60), || down_jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
     let log = c.ctld_log();
@@ -202,10 +200,18 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     assert_eq!(lab.clusters().unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
     assert_eq!(lab.clusters_of_job(1).unwrap(), vec!["alpha".to_owned(), "beta".to_owned()]);
     let charged = |l: &allot_ledger::Ledger| l.charged_by_leaf(0, allot_cluster_tests::now() + 1).unwrap().into_iter().collect::<BTreeMap<_, _>>();
-    let (on_alpha, on_beta, on_lab) = (charged(&lab.for_cluster(Some("alpha")).unwrap()), charged(&alpha.read_ledger().unwrap().for_cluster(Some("beta")).unwrap()), charged(&alpha.read_ledger().unwrap()));
+    let (on_alpha, on_beta, on_lab) = (
+        charged(&lab.for_cluster(Some("alpha")).unwrap()),
+        charged(&alpha.read_ledger().unwrap().for_cluster(Some("beta")).unwrap()),
+        charged(&alpha.read_ledger().unwrap()),
+    );
     assert!(on_alpha["lab/teama"] >= 32 * 5 && !on_alpha.contains_key("lab/teamb"), "{on_alpha:?}");
     assert!(on_beta["lab/teamb"] >= 2 * 4 && !on_beta.contains_key("lab/teama"), "{on_beta:?}");
-    assert_eq!(on_lab["lab/teama"] + on_lab["lab/teamb"] + on_lab["other"], on_alpha.values().sum::<i64>() + on_beta.values().sum::<i64>(), "the lab is both clusters");
+    assert_eq!(
+        on_lab["lab/teama"] + on_lab["lab/teamb"] + on_lab["other"],
+        on_alpha.values().sum::<i64>() + on_beta.values().sum::<i64>(),
+        "the lab is both clusters"
+    );
     let snapshot = alpha.read_ledger().unwrap().usage_snapshot().unwrap().unwrap();
     assert_eq!(snapshot.capacity_gpus, 64, "the lab's GPUs: both clusters' 32");
 
@@ -225,7 +231,11 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"))
     };
     let lab_report = json(&["report", "--json", "-"]);
-    assert_eq!((lab_report["jobs"].as_u64(), lab_report["jobs_started"].as_u64(), lab_report["gpus"].as_u64()), (Some(3), Some(3), Some(64)), "the lab's report: both clusters' jobs");
+    assert_eq!(
+        (lab_report["jobs"].as_u64(), lab_report["jobs_started"].as_u64(), lab_report["gpus"].as_u64()),
+        (Some(3), Some(3), Some(64)),
+        "the lab's report: both clusters' jobs"
+    );
     let alpha_report = json(&["report", "--json", "-", "--cluster", "alpha"]);
     assert_eq!((alpha_report["jobs"].as_u64(), alpha_report["gpus"].as_u64()), (Some(2), Some(32)));
     // The page: the lab, with a link to each cluster's queue; a cluster's own.
@@ -274,7 +284,11 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     let rank = |job: u32| {
         let (ok, why) = said(alpha.allot(&["why", &job.to_string(), "--cluster", "beta"]));
         assert!(ok, "{why}");
-        why.split("ranks ").nth(1).and_then(|r| r.split(' ').next()).and_then(|n| n.trim_end_matches(char::is_alphabetic).parse::<u32>().ok()).unwrap_or_else(|| panic!("no rank in: {why}"))
+        why.split("ranks ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.trim_end_matches(char::is_alphabetic).parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no rank in: {why}"))
     };
     assert!(rank(teamb) < rank(teama), "allot why ranks teamb above teama by the lab's usage");
     // And back: each cluster's own usage again.
@@ -287,9 +301,11 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     // Per-cluster funding in the one budget file: teamb is funded on alpha
     // only, and `other` gets three times lab's share on beta.
     let funded = alpha.dir.join("funded.toml");
-    let funded_text = BUDGET
-        .replacen("[budget.lab.teamb]\n", "[budget.lab.teamb]\nclusters = [\"alpha\"]\n", 1)
-        .replacen("[budget.other]\nshare = 1\n", "[budget.other]\nshare = 1\ncluster_shares = { beta = 3 }\n", 1);
+    let funded_text = BUDGET.replacen("[budget.lab.teamb]\n", "[budget.lab.teamb]\nclusters = [\"alpha\"]\n", 1).replacen(
+        "[budget.other]\nshare = 1\n",
+        "[budget.other]\nshare = 1\ncluster_shares = { beta = 3 }\n",
+        1,
+    );
     std::fs::write(&funded, funded_text).unwrap();
     // Accepted before teamb loses its funding on beta, waiting on a full beta:
     // teamb's allocated job, and teama's unallocated one behind it.
@@ -299,19 +315,30 @@ fn s3_two_clusters_share_one_server_ledger_and_one_budget() {
     let teama_free = beta.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=0", &sleep_job(1)]).unwrap();
     wait_ranked(&beta, "an allocated job ahead of an unallocated one", |c| c.job(teamb_paid).priority() > c.job(teama_free).priority());
     let (ok, sync) = said(alpha.allot(&["sync", funded.to_str().unwrap()]));
-    assert!(ok && sync.contains("lab/teamb funded on every cluster -> on alpha") && sync.contains("other funded on every cluster -> on every cluster (beta: share 3)"), "{sync}");
+    assert!(
+        ok && sync.contains("lab/teamb funded on every cluster -> on alpha")
+            && sync.contains("other funded on every cluster -> on every cluster (beta: share 3)"),
+        "{sync}"
+    );
     let percent_of = |shown: &str, node: &str| -> String {
-        let line = shown.lines().find(|l| l.contains(&format!(" {node} ")) || l.contains(&format!("─ {node} "))).unwrap_or_else(|| panic!("no {node} in:\n{shown}"));
+        let line =
+            shown.lines().find(|l| l.contains(&format!(" {node} ")) || l.contains(&format!("─ {node} "))).unwrap_or_else(|| panic!("no {node} in:\n{shown}"));
         line.split_whitespace().find(|w| w.ends_with('%')).unwrap().to_owned()
     };
     let (ok, shown) = said(alpha.allot(&["budget", "show", "--cluster", "beta"]));
     assert!(ok, "{shown}");
-    assert_eq!((percent_of(&shown, "teama"), percent_of(&shown, "teamb"), percent_of(&shown, "other")), ("25.00%".into(), "0.00%".into(), "75.00%".into()), "{shown}");
+    assert_eq!(
+        (percent_of(&shown, "teama"), percent_of(&shown, "teamb"), percent_of(&shown, "other")),
+        ("25.00%".into(), "0.00%".into(), "75.00%".into()),
+        "{shown}"
+    );
     let (ok, shown) = said(alpha.allot(&["budget", "show", "--cluster", "alpha"]));
     assert!(ok && percent_of(&shown, "teamb") == "25.00%" && shown.contains("[funded on alpha]"), "{shown}");
     // Unfunded on beta, teamb's accepted job holds no allocation there: it
     // waits as an unallocated job, behind teama's.
-    wait_ranked(&beta, "teamb's job waits as an unallocated one once teamb is unfunded on beta", |c| c.job(teama_free).priority() > c.job(teamb_paid).priority());
+    wait_ranked(&beta, "teamb's job waits as an unallocated one once teamb is unfunded on beta", |c| {
+        c.job(teama_free).priority() > c.job(teamb_paid).priority()
+    });
     let cancel = beta.slurm(None, "scancel", &[&blocker.to_string(), &teamb_paid.to_string(), &teama_free.to_string()]);
     assert!(cancel.status.success(), "scancel: {}", text(&cancel));
     // The plugins of beta take the new budget within their follow period.
@@ -354,7 +381,8 @@ fn s4_a_cluster_whose_link_to_the_server_is_slow_or_cut_keeps_scheduling_and_los
 
     // Slow: every chunk either way waits 150 ms, so a statement takes 300 ms or more.
     proxy.set_delay(std::time::Duration::from_millis(150));
-    let computed = |c: &TestCluster| c.read_ledger().unwrap().for_cluster(Some(c.cluster_name.as_str())).unwrap().usage_snapshot().unwrap().map_or(0, |s| s.computed_at);
+    let computed =
+        |c: &TestCluster| c.read_ledger().unwrap().for_cluster(Some(c.cluster_name.as_str())).unwrap().usage_snapshot().unwrap().map_or(0, |s| s.computed_at);
     let t = std::time::Instant::now();
     let before = computed(&beta);
     let one_read = t.elapsed();
@@ -377,7 +405,8 @@ fn s4_a_cluster_whose_link_to_the_server_is_slow_or_cut_keeps_scheduling_and_los
     // Cut: beta schedules on, alpha's runs are written meanwhile.
     proxy.set_delay(std::time::Duration::ZERO);
     proxy.set_cut(true);
-    let cut_jobs: Vec<u32> = (0..4u32).map(|i| beta.sbatch(["alice", "bob"][i as usize % 2], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2 + i)]).unwrap()).collect();
+    let cut_jobs: Vec<u32> =
+        (0..4u32).map(|i| beta.sbatch(["alice", "bob"][i as usize % 2], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2 + i)]).unwrap()).collect();
     let refused = beta.sbatch("mallory", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
     assert!(refused.is_err(), "an account outside the budget is refused while the link is cut: {refused:?}");
     let alpha_jobs: Vec<u32> = (0..2u32).map(|i| alpha.sbatch("carol", &["--gres=gpu:4", "--comment=min_runtime=5s", &sleep_job(2 + i)]).unwrap()).collect();
@@ -420,7 +449,8 @@ fn s5_a_slurmctld_starts_without_waiting_for_a_server_that_does_not_answer() {
     let t = std::time::Instant::now();
     let refused = beta.sbatch("mallory", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(1)]);
     assert!(refused.is_err(), "checked against the last good copy's budget: {refused:?}");
-    let jobs: Vec<u32> = (0..3u32).map(|i| beta.sbatch(["alice", "bob", "carol"][i as usize], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
+    let jobs: Vec<u32> =
+        (0..3u32).map(|i| beta.sbatch(["alice", "bob", "carol"][i as usize], &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap()).collect();
     let submitting = t.elapsed();
     assert!(submitting < secs(2), "4 submissions took {submitting:?} while the server hangs");
     beta.wait_for("the jobs run and end while the server hangs", secs(60), || jobs.iter().all(|&j| beta.job(j).state() == "COMPLETED"));
