@@ -536,8 +536,11 @@ impl Engine<'_> {
             return None;
         }
         // Only a search that can succeed counts (`preempt_max_job_test`):
-        // in Slurm, a job whose preemptee candidates cannot make room is
-        // not tried with preemption at all.
+        // in Slurm a job's preemptee list holds only the runs the preempt
+        // plugin allows (`slurm_find_preemptable_jobs`, src/interfaces/
+        // preempt.c, 24.11), and with none cons_tres does not try it with
+        // preemption at all (`_will_run_test`, job_test.c); so a rule that
+        // adds no candidate changes nothing there, nor here.
         *searches += 1;
         self.preempt_searches += 1;
         let (best, victims, taken) = (&mut scratch.best, &mut scratch.victims, &mut scratch.taken);
