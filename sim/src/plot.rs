@@ -255,20 +255,21 @@ fn ratio_color(ratio: f64) -> RGBColor {
 /// rank among its siblings. A job waits behind every row above it; at the
 /// first level where two rows differ, the better-ranked node goes first.
 pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: usize) -> Result<(), PlotError> {
+    const SUBTITLE: &str = "first to start at the top; each cell: budget node, the part of its share it used over the window, its place among its siblings";
     let levels = rows.iter().map(|r| r.levels.len()).max().unwrap_or(1).max(1);
-    let (label_w, cell_w, row_h) = (330i32, 300i32, 30i32);
-    let w = (label_w + cell_w * levels as i32 + 30) as u32;
+    let (big, small) = (("sans-serif", 24).into_font(), ("sans-serif", 15).into_font());
+    // Sized to the words, not fixed: a standing in words is longer than a ratio.
+    let width_of = |text: &str, font: &FontDesc| font.box_size(text).map(|(w, _)| w as i32).unwrap_or(8 * text.chars().count() as i32);
+    let cells: Vec<Vec<String>> = rows.iter().map(|r| r.levels.iter().map(|s| format!("{}: {}", s.name, s.standing().in_words())).collect()).collect();
+    let row_h = 30i32;
+    let label_w = rows.iter().map(|r| width_of(&r.label, &small) + 40).fold(330, i32::max);
+    let cell_w = cells.iter().flatten().map(|t| width_of(t, &small) + 20).fold(300, i32::max);
+    let w = (label_w + cell_w * levels as i32 + 30).max(width_of(title, &big) + 40).max(width_of(SUBTITLE, &small) + 40) as u32;
     let h = (110 + row_h * (rows.len().max(1) as i32) + 60) as u32;
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    root.draw(&Text::new(title.to_owned(), (20, 12), ("sans-serif", 24).into_font())).map_err(err)?;
-    let small = ("sans-serif", 15).into_font();
-    root.draw(&Text::new(
-        "first to start at the top; each cell: budget node, the part of its share it used over the window, its place among its siblings".to_owned(),
-        (20, 46),
-        small.clone(),
-    ))
-    .map_err(err)?;
+    root.draw(&Text::new(title.to_owned(), (20, 12), big)).map_err(err)?;
+    root.draw(&Text::new(SUBTITLE.to_owned(), (20, 46), small.clone())).map_err(err)?;
     let y0 = 80;
     root.draw(&Text::new("job".to_owned(), (20, y0), ("sans-serif", 16).into_font())).map_err(err)?;
     for l in 0..levels {
@@ -277,14 +278,13 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
     if rows.is_empty() {
         root.draw(&Text::new("no job is waiting".to_owned(), (20, y0 + row_h), small.clone())).map_err(err)?;
     }
-    for (i, row) in rows.iter().enumerate() {
+    for (i, (row, texts)) in rows.iter().zip(cells).enumerate() {
         let y = y0 + 24 + row_h * i as i32;
         root.draw(&Text::new(row.label.clone(), (20, y + 6), small.clone())).map_err(err)?;
-        for (l, s) in row.levels.iter().enumerate() {
+        for (l, (s, text)) in row.levels.iter().zip(texts).enumerate() {
             let x = label_w + cell_w * l as i32;
             root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ratio_color(s.ratio).filled())).map_err(err)?;
             root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ShapeStyle::from(&BLACK.mix(0.25)).stroke_width(1))).map_err(err)?;
-            let text = format!("{}: {}", s.name, s.standing().in_words());
             root.draw(&Text::new(text, (x + 6, y + 6), small.clone())).map_err(err)?;
         }
     }

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use allot::budget::BudgetTree;
 use allot_sim::generate::{scenario, ScenarioParams};
-use allot_sim::plot::{gantt, load_font, shares, DEFAULT_FONT};
+use allot_sim::plot::{gantt, load_font, queue, shares, LevelStanding, QueueRow, DEFAULT_FONT};
 use allot_sim::{simulate, ClusterSpec, Config, PolicyKind};
 
 /// Width and height from a PNG's IHDR chunk.
@@ -47,4 +47,28 @@ fn gantt_and_share_pictures_are_drawn() {
 fn a_missing_font_names_the_package_to_install() {
     let e = load_font(Path::new("/nonexistent/DejaVuSans.ttf")).unwrap_err();
     assert!(e.to_string().contains("fonts-dejavu-core"), "{e}");
+}
+
+/// The queue picture is as wide as its words: an empty queue still shows
+/// the whole legend (it was cut at 660 px), and a long budget name widens
+/// every cell instead of running into the next level's.
+#[test]
+fn the_queue_picture_fits_its_words() {
+    let font = load_font(Path::new(DEFAULT_FONT)).unwrap_or_else(|e| panic!("{e}"));
+    let dir = tempfile::tempdir().unwrap();
+    let level = |name: &str| LevelStanding { name: name.to_owned(), ratio: 0.00022, sibling_rank: 1, siblings: 3 };
+    let draw = |file: &str, rows: &[QueueRow]| {
+        let path = dir.path().join(file);
+        queue(&path, &font, "waiting jobs in allot's order", rows, 0).unwrap();
+        png_size(&path).0
+    };
+    let empty = draw("empty.png", &[]);
+    assert!(empty >= 750, "the legend is about 780 px of text: {empty} px");
+    let row = |names: &[&str]| QueueRow { label: "job 1 (ana): 1 GPUs, 1h normal".into(), levels: names.iter().map(|n| level(n)).collect() };
+    let short = draw("short.png", &[row(&["a", "b", "c"])]);
+    let long_name = "a-budget-node-whose-name-is-as-long-as-a-sentence-of-a-manager";
+    let long = draw("long.png", &[row(&["a", long_name, "c"]), row(&["a", "b", "c"])]);
+    // Each of the three cells widens by the long name's extra width (63
+    // characters more than "b", at least 5 px each).
+    assert!(long >= short + 3 * 5 * 62, "short names {short} px, a long one {long} px");
 }
