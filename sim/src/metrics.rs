@@ -72,6 +72,13 @@ pub struct TeamStats {
     pub delivered_over_owed_at_submission: Option<f64>,
     /// Charged to the leaf (allot's allocated runs; 0 under baseline).
     pub charged_gpu_hours: f64,
+    /// Whole hours of the submission span in which the team's work (queued
+    /// or running) could have used its whole share of the cluster, and of
+    /// those, the hours it held less than half of that share: fair over the
+    /// window is not fair by the day if a team with a full backlog gets
+    /// nothing for hours, then the cluster. See [`starved_hours`].
+    pub hours_wanting_share: usize,
+    pub hours_below_half_share: usize,
     pub wait_p50_s: i64,
     pub wait_p90_s: i64,
     /// The same as the report's `by_kind`, for this team's jobs.
@@ -141,6 +148,10 @@ pub struct Report {
     pub teams_at_95pct_of_owed: f64,
     /// The same against owed at submission.
     pub teams_at_95pct_of_owed_at_submission: f64,
+    /// The largest share, over the teams, of its `hours_wanting_share` in
+    /// which it held less than half its share (0 when no team wanted its
+    /// share for a whole hour).
+    pub worst_team_hours_below_half_share: f64,
     /// What an admin should not miss: much work never done, teams with
     /// every job refused.
     pub warnings: Vec<String>,
@@ -223,7 +234,30 @@ pub fn hourly(log: &[(i64, i64)], start: i64, end: i64) -> Vec<f64> {
     bucketed(log, start, end, HOUR)
 }
 
-/// The same with buckets of `len` seconds (pictures of short spans).
+/// Of the whole hours of `[from, to)` in which a team wanted at least its
+/// share (`share_gpus`; `demand` and `held` as the engine logs them, GPU
+/// changes over time), how many it wanted it and how many it held less than
+/// half of it: (hours wanting, hours below half). A partial last hour is
+/// left out.
+pub fn starved_hours(demand: &[(i64, i64)], held: &[(i64, i64)], share_gpus: f64, from: i64, to: i64) -> (usize, usize) {
+    if share_gpus <= 0.0 || to <= from {
+        return (0, 0);
+    }
+    let full = ((to - from) / HOUR) as usize;
+    let share = share_gpus * HOUR as f64;
+    let (wanted, got) = (hourly(demand, from, to), hourly(held, from, to));
+    let mut out = (0, 0);
+    for (d, g) in wanted.iter().zip(&got).take(full) {
+        // A hair under the share still counts: GPU-seconds are summed in f64.
+        if *d >= share * (1.0 - 1e-9) {
+            out.0 += 1;
+            out.1 += usize::from(*g < 0.5 * share);
+        }
+    }
+    out
+}
+
+/// Like [`hourly`], with buckets of `len` seconds (pictures of short spans).
 pub fn bucketed(log: &[(i64, i64)], start: i64, end: i64, len: i64) -> Vec<f64> {
     let len = len.max(1);
     let buckets = ((end - start).max(0) as usize).div_ceil(len as usize).max(1);
@@ -508,6 +542,11 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let at_submission: Vec<Vec<f64>> = demand_at_submission(workload, tree, outcome).iter().map(|log| hourly(log, span_from, span_to)).collect();
     let owed_at_submission: Vec<f64> = owed_by_hour(tree, &at_submission, capacity, span_from, span_to).iter().map(|hours| hours.iter().sum()).collect();
     let delivered_in_span: Vec<f64> = outcome.delivered_log.iter().map(|log| hourly(log, span_from, span_to).iter().sum()).collect();
+    let starved: Vec<(usize, usize)> = (0..leaves)
+        .map(|l| {
+            starved_hours(&outcome.demand_log[l], &outcome.delivered_log[l], tree.leaf_node(l as u32).effective_share * capacity as f64, span_from, span_to)
+        })
+        .collect();
     let mut teams = Vec::with_capacity(leaves);
     let (mut at_95, mut at_95_submission, mut submitting_teams) = (0usize, 0usize, 0usize);
     let mut warnings = Vec::new();
@@ -549,6 +588,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             delivered_over_owed: ratio.map(round6),
             delivered_over_owed_at_submission: ratio_sub.map(round6),
             charged_gpu_hours: round3(outcome.charged.get(l).copied().unwrap_or(0) as f64 / HOUR as f64),
+            hours_wanting_share: starved[l].0,
+            hours_below_half_share: starved[l].1,
             wait_p50_s: percentile(&w, 50.0),
             wait_p90_s: percentile(&w, 90.0),
             by_kind: std::mem::take(&mut leaf_kind[l])
@@ -584,6 +625,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         }
     }
     let simulated_days = (outcome.end - outcome.start) as f64 / 86_400.0;
+    let worst_starved = starved.iter().filter(|&&(w, _)| w > 0).map(|&(w, b)| b as f64 / w as f64).fold(0.0, f64::max);
     Report {
         policy: outcome.policy,
         cluster: cluster.to_string(),
@@ -636,6 +678,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         contracts_clamped_to_cap: outcome.prepared.clamped_to_cap,
         teams,
         teams_at_95pct_of_owed: round6(if submitting_teams > 0 { at_95 as f64 / submitting_teams as f64 } else { 1.0 }),
+        worst_team_hours_below_half_share: round6(worst_starved),
         teams_at_95pct_of_owed_at_submission: round6(if submitting_teams > 0 { at_95_submission as f64 / submitting_teams as f64 } else { 1.0 }),
         warnings,
         events: outcome.events,
@@ -796,6 +839,7 @@ pub fn table(reports: &[Report]) -> String {
     row("gpu_hours_claimed_in_grace", &|r| fixed(r.gpu_hours_claimed_in_grace, 0));
     row("teams_at_95pct_of_owed", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed, 0)));
     row("teams_at_95pct_of_owed_at_submission", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed_at_submission, 0)));
+    row("worst_team_hours_below_half_share", &|r| format!("{}%", fixed(100.0 * r.worst_team_hours_below_half_share, 1)));
     row("sim_seconds", &|r| r.sim_seconds.map_or("-".into(), |s| format!("{s:.3}")));
     row("simulated_days_per_second", &|r| r.simulated_days_per_second.map_or("-".into(), |s| format!("{s:.0}")));
 
@@ -894,6 +938,23 @@ mod tests {
         assert_eq!(percentile(&v, 99.0), 10);
         assert_eq!(percentile(&[], 50.0), 0);
         assert_eq!(percentile(&[7], 1.0), 7);
+    }
+
+    #[test]
+    fn starved_hours_count_whole_hours_wanting_the_share_and_held_under_half() {
+        // Share 4 GPUs. Wanted 8 GPUs for 3 hours, then 2. Held 8 in hour
+        // 0, 1 in hour 1, 2 in hour 2 (exactly half: not below), 0 after.
+        let demand = [(0, 8), (10_800, -6), (18_000, -2)];
+        let held = [(0, 8), (3600, -7), (7200, 1), (10_800, -2)];
+        assert_eq!(starved_hours(&demand, &held, 4.0, 0, 18_000), (3, 1), "hours 0-2 wanted the share, hour 1 held under half");
+        // A partial last hour is left out: 2.5 hours are hours 0 and 1.
+        assert_eq!(starved_hours(&demand, &held, 4.0, 0, 9000), (2, 1));
+        // A team that wants less than its share is never starved.
+        assert_eq!(starved_hours(&[(0, 3)], &[], 4.0, 0, 36_000), (0, 0));
+        // No share, no count.
+        assert_eq!(starved_hours(&demand, &held, 0.0, 0, 18_000), (0, 0));
+        // Held nothing for 10 hours while wanting it all: 10 of 10.
+        assert_eq!(starved_hours(&[(0, 8)], &[], 4.0, 0, 36_000), (10, 10));
     }
 
     #[test]
