@@ -257,6 +257,48 @@ pub fn starved_hours(demand: &[(i64, i64)], held: &[(i64, i64)], share_gpus: f64
     out
 }
 
+/// Why a run was preempted, in the words the report gives a cancelled job
+/// (one classification for the counts and the reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PreemptionCause {
+    Unallocated,
+    WithinTeam,
+    SmallJob,
+    Margin,
+}
+
+impl PreemptionCause {
+    fn of(run: &crate::engine::Run, workload: &Workload, outcome: &Outcome, rules: &allot::preempt::PreemptRules) -> Self {
+        let victim = run.job as usize;
+        if !outcome.prepared.contract[victim].is_allocated() {
+            return Self::Unallocated;
+        }
+        match run.preempted_by.map(|p| p as usize) {
+            Some(p) if outcome.prepared.leaf[p] == outcome.prepared.leaf[victim] => Self::WithinTeam,
+            Some(p) => {
+                let waiting =
+                    allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
+                if rules.is_small(&waiting) {
+                    Self::SmallJob
+                } else {
+                    Self::Margin
+                }
+            }
+            None => Self::Margin,
+        }
+    }
+
+    fn words(self, policy: PolicyKind) -> &'static str {
+        match self {
+            Self::Unallocated => "it ran unallocated (min_runtime=0), which any allocated job may preempt",
+            _ if policy == PolicyKind::Baseline => "it ran above its team's limit of non-preemptible GPUs",
+            Self::WithinTeam => "past its minimum runtime, by a job of its own team that declared a higher priority",
+            Self::SmallJob => "past its minimum runtime, by a small job of a team that had used less of its share",
+            Self::Margin => "past its minimum runtime, by a job of a team that had used less of its share by more than the margin",
+        }
+    }
+}
+
 /// Like [`hourly`], with buckets of `len` seconds (pictures of short spans).
 pub fn bucketed(log: &[(i64, i64)], start: i64, end: i64, len: i64) -> Vec<f64> {
     let len = len.max(1);
@@ -424,6 +466,12 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut refused_per_leaf = vec![(0usize, 0i64); leaves];
     let mut submitted: i64 = 0;
     let mut by_size: BTreeMap<&'static str, (Vec<i64>, usize)> = BTreeMap::new();
+    let rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
+    // Why each cancelled job's last run was preempted, for its reason.
+    let mut cancelled_because: Vec<Option<PreemptionCause>> = vec![None; workload.jobs.len()];
+    for r in outcome.runs.iter().filter(|r| matches!(r.ended, RunEnd::Preempted { .. })) {
+        cancelled_because[r.job as usize] = Some(PreemptionCause::of(r, workload, outcome, &rules));
+    }
     for (i, (job, out)) in workload.jobs.iter().zip(&outcome.jobs).enumerate() {
         let held = outcome.prepared.held[i] as i64;
         submitted += held * job.runtime;
@@ -431,7 +479,9 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             Fate::Completed => (None, 0),
             Fate::Cancelled(r) => {
                 cancelled += 1;
-                (Some(format!("cancelled: {r}")), job.runtime)
+                let kind = &workload.kinds[job.kind as usize];
+                let why = cancelled_because[i].map_or("", |c| c.words(outcome.policy));
+                (Some(format!("cancelled: {r} ({kind} jobs): {why}")), job.runtime)
             }
             Fate::Refused(r) => {
                 refused += 1;
@@ -476,7 +526,6 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
     let mut size_loss: BTreeMap<&'static str, (usize, i64)> = BTreeMap::new();
     let mut leaf_kind_loss: Vec<BTreeMap<u32, (usize, i64)>> = vec![BTreeMap::new(); leaves];
     let (mut of_unallocated, mut within_team, mut by_small) = (0, 0, 0);
-    let rules = allot::preempt::PreemptRules::from_settings(&tree.settings);
     for r in &outcome.runs {
         let kind = workload.jobs[r.job as usize].kind;
         let preempted = matches!(r.ended, RunEnd::Preempted { .. });
@@ -493,15 +542,11 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             e.1 += r.gpus as i64 * r.lost;
         }
         if preempted {
-            if !outcome.prepared.contract[r.job as usize].is_allocated() {
-                of_unallocated += 1;
-            } else if r.preempted_by.is_some_and(|p| outcome.prepared.leaf[p as usize] == victim_leaf) {
-                within_team += 1;
-            } else if let Some(p) = r.preempted_by {
-                let p = p as usize;
-                let waiting =
-                    allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
-                by_small += usize::from(rules.is_small(&waiting));
+            match PreemptionCause::of(r, workload, outcome, &rules) {
+                PreemptionCause::Unallocated => of_unallocated += 1,
+                PreemptionCause::WithinTeam => within_team += 1,
+                PreemptionCause::SmallJob => by_small += 1,
+                PreemptionCause::Margin => {}
             }
         }
     }

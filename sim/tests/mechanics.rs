@@ -231,7 +231,8 @@ fn a_non_resumable_victim_is_cancelled_and_all_its_work_is_lost() {
     assert_eq!(a.len(), 1);
     assert_eq!(a[0].lost, 2 * H + 60);
     assert_eq!(sim.report.jobs_cancelled, 1);
-    assert_eq!(sim.report.not_completed["cancelled: preempted and not resumable"], 1);
+    let why = "cancelled: preempted and not resumable (unspecified jobs): past its minimum runtime, by a job of a team that had used less of its share by more than the margin";
+    assert_eq!(sim.report.not_completed[why], 1, "{:?}", sim.report.not_completed);
 }
 
 #[test]
@@ -380,4 +381,26 @@ fn best_fit_keeps_a_node_whole_that_first_fit_breaks() {
     assert_eq!((node_of(&best, 2), node_of(&first, 2)), (1, 0));
     assert_eq!(runs_of(&best, &w, 3)[0].start, 7201);
     assert_eq!(runs_of(&first, &w, 3)[0].start, 36_000);
+}
+
+/// A job cancelled by preemption is never left unexplained: the report's
+/// reason names the job's kind and the rule that took its GPUs.
+#[test]
+fn a_cancelled_job_s_reason_says_which_rule_preempted_it() {
+    // a's job (8 GPUs, protected 2h, not resumable) runs from 0; at 1h b's
+    // small job (1 GPU, 10m) arrives and takes its GPUs at 2h, as above.
+    let w = workload("1,0,8,36000,a,7200,false,normal\n2,3600,1,600,b,600,false,normal\n");
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let why = "cancelled: preempted and not resumable (unspecified jobs): past its minimum runtime, by a small job of a team that had used less of its share";
+    assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
+    // An unallocated job (min_runtime=0) yields to any allocated one.
+    let w = workload("1,0,8,36000,a,0,false,normal\n2,600,8,600,b,3600,false,normal\n");
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let why = "cancelled: preempted and not resumable (unspecified jobs): it ran unallocated (min_runtime=0), which any allocated job may preempt";
+    assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
+    // Within a team: a higher declared priority, past the victim's protection.
+    let w = workload("1,0,8,36000,a,3600,false,low\n2,600,8,600,a,600,false,high\n");
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
+    let why = "cancelled: preempted and not resumable (unspecified jobs): past its minimum runtime, by a job of its own team that declared a higher priority";
+    assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
 }
