@@ -6,7 +6,10 @@
 //! change shows up in both with no second edit.
 //!
 //! - [`budget`]: the budget tree (TOML), effective shares, who may charge
-//!   and who may edit what.
+//!   and who may edit what (`budget/parse.rs` reads the file,
+//!   `budget/change.rs` compares two versions and authorises the edit).
+//! - [`settings`]: the `[cluster]` table: window, contract cap, grace and
+//!   the preemption rules' knobs.
 //! - [`occupancy`]: GPU-seconds per leaf over the sliding lookback window.
 //! - [`fairshare`]: the level-by-level order of allocations by
 //!   occupancy / allocation, and every number behind it.
@@ -26,6 +29,7 @@ pub mod fairshare;
 pub mod occupancy;
 pub mod order;
 pub mod preempt;
+pub mod settings;
 pub mod synthetic;
 
 /// Seconds since the Unix epoch, as Slurm's `time_t`.

@@ -1,0 +1,206 @@
+//! The scheduler's settings: the `[cluster]` table of the budget file
+//! (window, contract cap, grace, preemption rules), with the rules their
+//! values must keep. The budget parser reads them
+//! (`crate::budget`), the plugins and the simulator use them.
+
+use std::fmt;
+
+use crate::duration::format_duration;
+use crate::Seconds;
+
+/// Cluster-wide knobs, from the `[cluster]` table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterSettings {
+    /// What is charged, counted and shared: GPUs (the default), or CPUs on a
+    /// cluster without GPUs (`charge = "cpus"`). Everything this crate calls
+    /// GPUs (capacity, a job's size, `small_job_gpus`) is then CPUs.
+    pub charge: Charged,
+    /// GPUs in the cluster, if the budget says; the plugins count them
+    /// from Slurm otherwise. Only scales reports and the margin, not the order.
+    pub gpus: Option<u32>,
+    /// Length of the sliding fair-share window.
+    pub lookback: Seconds,
+    /// Largest minimum runtime a job may declare.
+    pub min_runtime_cap: Seconds,
+    /// Minimum runtime of a job whose comment declares none.
+    pub default_min_runtime: Seconds,
+    /// Time between the preemption signal and the kill.
+    pub grace: Seconds,
+    /// How far (in occupancy / allocation) a running job's allocation must be
+    /// above a waiting job's before the waiting job may preempt it.
+    pub preempt_margin: f64,
+    /// Within one leaf, a job of strictly higher declared priority may
+    /// preempt a job past its minimum runtime (`preempt_within_team`; see
+    /// [`crate::preempt`], rule 5).
+    pub preempt_within_team: bool,
+    /// Victims are offered smallest first (unallocated, then the fewest
+    /// GPUs, then the lowest-ranked leaf); off: by leaf rank alone
+    /// (`preempt_smallest_first`; see [`crate::preempt::victim_order`]).
+    pub preempt_smallest_first: bool,
+    /// Time between the preemption signal and the kill for a victim that
+    /// runs unallocated (`min_runtime=0`); never more than `grace` (see
+    /// [`crate::preempt::grace_for`]).
+    pub unallocated_grace: Seconds,
+    /// A waiting job of at most this many GPUs and a minimum runtime of at
+    /// most `small_job_min_runtime` is small: it preempts another leaf's job
+    /// past its minimum runtime with no margin (see [`crate::preempt`], rule
+    /// 4). 0: no job is small.
+    pub small_job_gpus: u32,
+    /// See `small_job_gpus`.
+    pub small_job_min_runtime: Seconds,
+    /// Whose usage fair-share counts when several clusters share one
+    /// ledger (`fair_share_usage`): each cluster's own (the default), or the
+    /// lab's, so a team that used much on one cluster ranks lower on the
+    /// others too.
+    pub fair_share_usage: FairShareUsage,
+}
+
+/// [`ClusterSettings::fair_share_usage`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FairShareUsage {
+    #[default]
+    Cluster,
+    Lab,
+}
+
+impl FairShareUsage {
+    /// As the budget file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FairShareUsage::Cluster => "cluster",
+            FairShareUsage::Lab => "lab",
+        }
+    }
+}
+
+/// The resource a budget shares ([`ClusterSettings::charge`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Charged {
+    #[default]
+    Gpus,
+    Cpus,
+}
+
+impl Charged {
+    /// As the budget file spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Charged::Gpus => "gpus",
+            Charged::Cpus => "cpus",
+        }
+    }
+    /// The unit in reports: `GPU` (GPU-hours), `CPU`.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Charged::Gpus => "GPU",
+            Charged::Cpus => "CPU",
+        }
+    }
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            charge: Charged::Gpus,
+            gpus: None,
+            lookback: 7 * 24 * 3600,
+            min_runtime_cap: 8 * 3600,
+            default_min_runtime: 3600,
+            grace: 300,
+            preempt_margin: 0.1,
+            preempt_within_team: true,
+            preempt_smallest_first: true,
+            unallocated_grace: 0,
+            small_job_gpus: 8,
+            small_job_min_runtime: 30 * 60,
+            fair_share_usage: FairShareUsage::Cluster,
+        }
+    }
+}
+
+impl ClusterSettings {
+    /// The rules the values must keep, each on its own and together: what
+    /// the budget parser refuses in a `[cluster]` table, for callers that
+    /// set values some other way (the simulator's command-line overrides).
+    /// Every broken rule is returned.
+    pub fn validate(&self) -> Result<(), Vec<SettingsError>> {
+        let mut broken = Vec::new();
+        if self.gpus == Some(0) {
+            broken.push(SettingsError::NoGpus);
+        }
+        if self.lookback <= 0 {
+            broken.push(SettingsError::Lookback);
+        }
+        for (field, value) in [
+            ("min_runtime_cap", self.min_runtime_cap),
+            ("default_min_runtime", self.default_min_runtime),
+            ("grace", self.grace),
+            ("unallocated_grace", self.unallocated_grace),
+            ("small_job_min_runtime", self.small_job_min_runtime),
+        ] {
+            if value < 0 {
+                broken.push(SettingsError::Negative { field, value });
+            }
+        }
+        if self.default_min_runtime > self.min_runtime_cap {
+            broken.push(SettingsError::DefaultAboveCap { default_min_runtime: self.default_min_runtime, min_runtime_cap: self.min_runtime_cap });
+        }
+        if !(self.preempt_margin.is_finite() && self.preempt_margin >= 0.0) {
+            broken.push(SettingsError::Margin);
+        }
+        if broken.is_empty() {
+            Ok(())
+        } else {
+            Err(broken)
+        }
+    }
+}
+
+/// A rule of [`ClusterSettings::validate`] that the values break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettingsError {
+    /// `gpus` is zero.
+    NoGpus,
+    /// `lookback` is not longer than zero.
+    Lookback,
+    /// A duration below zero.
+    Negative { field: &'static str, value: Seconds },
+    /// `default_min_runtime` is above `min_runtime_cap`.
+    DefaultAboveCap { default_min_runtime: Seconds, min_runtime_cap: Seconds },
+    /// `preempt_margin` is negative or not a number.
+    Margin,
+}
+
+impl SettingsError {
+    /// The `[cluster]` field the problem is reported at.
+    pub fn field(&self) -> &'static str {
+        self.fields()[0]
+    }
+
+    /// Every field whose value takes part in the rule, the reported one first.
+    pub fn fields(&self) -> &[&'static str] {
+        match self {
+            SettingsError::NoGpus => &["gpus"],
+            SettingsError::Lookback => &["lookback"],
+            SettingsError::Negative { field, .. } => std::slice::from_ref(field),
+            SettingsError::DefaultAboveCap { .. } => &["default_min_runtime", "min_runtime_cap"],
+            SettingsError::Margin => &["preempt_margin"],
+        }
+    }
+}
+
+impl fmt::Display for SettingsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettingsError::NoGpus => f.write_str("must be a positive whole number of GPUs"),
+            SettingsError::Lookback => f.write_str("the lookback window must be longer than zero"),
+            SettingsError::Negative { value, .. } => write!(f, "must not be negative ({value} s)"),
+            SettingsError::DefaultAboveCap { default_min_runtime, min_runtime_cap } => {
+                write!(f, "{} exceeds min_runtime_cap of {}", format_duration(*default_min_runtime), format_duration(*min_runtime_cap))
+            }
+            SettingsError::Margin => f.write_str("must be a number of at least 0, such as 0.1"),
+        }
+    }
+}
+
+impl std::error::Error for SettingsError {}
