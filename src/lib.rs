@@ -13,6 +13,8 @@
 //! - [`occupancy`]: GPU-seconds per leaf over the sliding lookback window.
 //! - [`fairshare`]: the level-by-level order of allocations by
 //!   occupancy / allocation, and every number behind it.
+//! - [`owed`]: what each budget was owed, hour by hour (weighted
+//!   water-filling down the tree), for the simulator's and the live reports.
 //! - [`order`]: the order of pending jobs and its mapping to Slurm's 32-bit
 //!   job priority.
 //! - [`contract`]: the per-job contract read from the job comment.
@@ -28,6 +30,7 @@ pub mod duration;
 pub mod fairshare;
 pub mod occupancy;
 pub mod order;
+pub mod owed;
 pub mod preempt;
 pub mod settings;
 pub mod synthetic;

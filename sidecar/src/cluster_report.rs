@@ -1,8 +1,9 @@
 //! `allot report`: the live cluster's fairness figures, from the ledger.
 //!
 //! The figures are the simulator's (`allot simulate --json`), computed by
-//! the same code (`allot_sim::metrics`: hourly buckets, owed by weighted
-//! water-filling down the tree, nearest-rank percentiles) from what the
+//! the same code (`allot::owed`: hourly buckets, owed by weighted
+//! water-filling down the tree; `allot_sim::metrics`: nearest-rank
+//! percentiles) from what the
 //! plugins recorded instead of from a simulated run:
 //!
 //! - **span**: `[now - since, now)`, starting later if the ledger's demand
@@ -37,11 +38,10 @@ use std::path::Path;
 use allot::budget::BudgetTree;
 use allot::contract::{Contract, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
+use allot::owed::{bucketed, hourly, owed_by_node, owed_by_node_and_bucket};
 use allot::preempt::{PreemptRules, WaitingJob};
 use allot_ledger::Ledger;
-use allot_sim::metrics::{
-    bucketed, hourly, human, owed_by_node, owed_by_node_and_bucket, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES,
-};
+use allot_sim::metrics::{human, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
 use allot_sim::plot::{self, Buckets, SharePanel};
 use anyhow::{anyhow, Context};
 use serde::Serialize;

@@ -14,7 +14,7 @@ use plotters::style::FontStyle;
 
 use crate::cluster::ClusterSpec;
 use crate::engine::{Outcome, RunEnd};
-use crate::metrics::{hourly, owed_by_hour};
+use allot::owed::{hourly, owed_by_hour};
 
 pub const DEFAULT_FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 /// The Gantt chart draws one row per GPU: beyond this it is unreadable.
