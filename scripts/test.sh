@@ -63,7 +63,7 @@ scripts/install-deps.sh "${deps[@]}" --accounting --packaging --browser --debugg
 phase "format and lints (rustfmt.toml; the workspace lints in Cargo.toml, warnings denied)"
 for tool in fmt clippy; do
     cargo "$tool" --version >/dev/null 2>&1 && continue
-    command -v rustup >/dev/null && rustup component add "${tool/fmt/rustfmt}" \
+    command -v rustup >/dev/null && rustup component add "${tool/fmt/rustfmt}" && cargo "$tool" --version >/dev/null 2>&1 \
         || { echo "test: ERROR: cargo $tool is missing: install it (rustup component add ${tool/fmt/rustfmt})" >&2; exit 1; }
 done
 cargo fmt --all --check \

@@ -1,8 +1,9 @@
 //! What each budget was owed, hour by hour, and the buckets it is counted
 //! in: the cluster's GPU-seconds shared down the budget tree by share, each
 //! node capped at what its subtree's jobs wanted (weighted water-filling).
-//! The simulator's report and the live `allot report` both count with
-//! these functions, so owed means one thing in both. Time is passed in.
+//! The simulator's report counts owed with these functions and the live
+//! `allot report` with the same by-node ones, so owed means one thing in
+//! both. Time is passed in.
 
 use crate::budget::{BudgetTree, NodeId};
 

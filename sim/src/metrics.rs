@@ -33,6 +33,9 @@ use crate::workload::Workload;
 pub use allot::owed::{bucketed, hourly, owed_by_hour, owed_by_node, owed_by_node_and_bucket, owed_in_hour, owed_in_hour_by_node, starved_hours, water_fill};
 
 const HOUR: i64 = 3600;
+/// Teams that wanted their share for fewer whole hours are left out of
+/// `worst_team_hours_below_half_share` (their ratio is noise).
+pub const MIN_WANTING_HOURS: usize = 24;
 
 /// Wait percentiles of a set of jobs, and what preemption cost them.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -151,9 +154,9 @@ pub struct Report {
     pub teams_at_95pct_of_owed: f64,
     /// The same against owed at submission.
     pub teams_at_95pct_of_owed_at_submission: f64,
-    /// The largest share, over the teams, of its `hours_wanting_share` in
-    /// which it held less than half its share (0 when no team wanted its
-    /// share for a whole hour).
+    /// The largest share, over the teams that wanted their share for at
+    /// least [`MIN_WANTING_HOURS`] whole hours, of those hours in which the
+    /// team held less than half its share (0 when none did).
     pub worst_team_hours_below_half_share: f64,
     /// What an admin should not miss: much work never done, teams with
     /// every job refused.
@@ -258,14 +261,18 @@ impl PreemptionCause {
                     Self::Margin
                 }
             }
-            None => Self::Margin,
+            None => {
+                debug_assert!(false, "a preempted run records its preemptor");
+                Self::Margin
+            }
         }
     }
 
-    fn words(self, policy: PolicyKind) -> &'static str {
+    fn words(self) -> &'static str {
+        // Both policies preempt only unallocated runs and, under allot,
+        // allocated ones past their minimum runtime by these rules.
         match self {
             Self::Unallocated => "it ran unallocated (min_runtime=0), which any allocated job may preempt",
-            _ if policy == PolicyKind::Baseline => "it ran above its team's limit of non-preemptible GPUs",
             Self::WithinTeam => "past its minimum runtime, by a job of its own team that declared a higher priority",
             Self::SmallJob => "past its minimum runtime, by a small job of a team that had used less of its share",
             Self::Margin => "past its minimum runtime, by a job of a team that had used less of its share by more than the margin",
@@ -311,7 +318,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
             Fate::Cancelled(r) => {
                 cancelled += 1;
                 let kind = &workload.kinds[job.kind as usize];
-                let why = cancelled_because[i].map_or("", |c| c.words(outcome.policy));
+                let why = cancelled_because[i].map_or("", PreemptionCause::words);
                 (Some(format!("cancelled: {r} ({kind} jobs): {why}")), job.runtime)
             }
             Fate::Refused(r) => {
@@ -501,7 +508,8 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         }
     }
     let simulated_days = (outcome.end - outcome.start) as f64 / 86_400.0;
-    let worst_starved = starved.iter().filter(|&&(w, _)| w > 0).map(|&(w, b)| b as f64 / w as f64).fold(0.0, f64::max);
+    // A team that wanted its share for an hour or two would set the figure alone.
+    let worst_starved = starved.iter().filter(|&&(w, _)| w >= MIN_WANTING_HOURS).map(|&(w, b)| b as f64 / w as f64).fold(0.0, f64::max);
     Report {
         policy: outcome.policy,
         cluster: cluster.to_string(),

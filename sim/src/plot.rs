@@ -263,8 +263,10 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
     let cells: Vec<Vec<String>> = rows.iter().map(|r| r.levels.iter().map(|s| format!("{}: {}", s.name, s.standing().in_words())).collect()).collect();
     let row_h = 30i32;
     let label_w = rows.iter().map(|r| width_of(&r.label, &small) + 40).fold(330, i32::max);
-    let cell_w = cells.iter().flatten().map(|t| width_of(t, &small) + 20).fold(300, i32::max);
-    let w = (label_w + cell_w * levels as i32 + 30).max(width_of(title, &big) + 40).max(width_of(SUBTITLE, &small) + 40) as u32;
+    // Each level as wide as its widest cell, so one long name widens one column.
+    let cell_w: Vec<i32> = (0..levels).map(|l| cells.iter().filter_map(|c| c.get(l)).map(|t| width_of(t, &small) + 20).fold(300, i32::max)).collect();
+    let x_of = |l: usize| label_w + cell_w[..l].iter().sum::<i32>();
+    let w = (x_of(levels) + 30).max(width_of(title, &big) + 40).max(width_of(SUBTITLE, &small) + 40) as u32;
     let h = (110 + row_h * (rows.len().max(1) as i32) + 60) as u32;
     let root = BitMapBackend::new(path, (w, h)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
@@ -273,7 +275,7 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
     let y0 = 80;
     root.draw(&Text::new("job".to_owned(), (20, y0), ("sans-serif", 16).into_font())).map_err(err)?;
     for l in 0..levels {
-        root.draw(&Text::new(format!("level {}", l + 1), (label_w + cell_w * l as i32 + 8, y0), ("sans-serif", 16).into_font())).map_err(err)?;
+        root.draw(&Text::new(format!("level {}", l + 1), (x_of(l) + 8, y0), ("sans-serif", 16).into_font())).map_err(err)?;
     }
     if rows.is_empty() {
         root.draw(&Text::new("no job is waiting".to_owned(), (20, y0 + row_h), small.clone())).map_err(err)?;
@@ -282,9 +284,9 @@ pub fn queue(path: &Path, _font: &Font, title: &str, rows: &[QueueRow], more: us
         let y = y0 + 24 + row_h * i as i32;
         root.draw(&Text::new(row.label.clone(), (20, y + 6), small.clone())).map_err(err)?;
         for (l, (s, text)) in row.levels.iter().zip(texts).enumerate() {
-            let x = label_w + cell_w * l as i32;
-            root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ratio_color(s.ratio).filled())).map_err(err)?;
-            root.draw(&Rectangle::new([(x, y), (x + cell_w - 4, y + row_h - 4)], ShapeStyle::from(&BLACK.mix(0.25)).stroke_width(1))).map_err(err)?;
+            let (x, cw) = (x_of(l), cell_w[l]);
+            root.draw(&Rectangle::new([(x, y), (x + cw - 4, y + row_h - 4)], ratio_color(s.ratio).filled())).map_err(err)?;
+            root.draw(&Rectangle::new([(x, y), (x + cw - 4, y + row_h - 4)], ShapeStyle::from(&BLACK.mix(0.25)).stroke_width(1))).map_err(err)?;
             root.draw(&Text::new(text, (x + 6, y + 6), small.clone())).map_err(err)?;
         }
     }

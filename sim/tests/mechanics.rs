@@ -398,6 +398,11 @@ fn a_cancelled_job_s_reason_says_which_rule_preempted_it() {
     let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));
     let why = "cancelled: preempted and not resumable (unspecified jobs): it ran unallocated (min_runtime=0), which any allocated job may preempt";
     assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
+    // Slurm's own plugins (the baseline) preempt only unallocated runs: the same words.
+    let w = workload("1,0,8,36000,a,0,false,normal\n2,600,4,600,b,3600,false,normal\n");
+    let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Baseline));
+    let why = "cancelled: preempted and not resumable (unspecified jobs): it ran unallocated (min_runtime=0), which any allocated job may preempt";
+    assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
     // Within a team: a higher declared priority, past the victim's protection.
     let w = workload("1,0,8,36000,a,3600,false,low\n2,600,8,600,a,600,false,high\n");
     let sim = run(&w, &config("1x8", "grace = \"5m\"", PolicyKind::Allot));

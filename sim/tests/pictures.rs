@@ -51,7 +51,7 @@ fn a_missing_font_names_the_package_to_install() {
 
 /// The queue picture is as wide as its words: an empty queue still shows
 /// the whole legend (it was cut at 660 px), and a long budget name widens
-/// every cell instead of running into the next level's.
+/// its level's column instead of running into the next level's.
 #[test]
 fn the_queue_picture_fits_its_words() {
     let font = load_font(Path::new(DEFAULT_FONT)).unwrap_or_else(|e| panic!("{e}"));
@@ -68,7 +68,11 @@ fn the_queue_picture_fits_its_words() {
     let short = draw("short.png", &[row(&["a", "b", "c"])]);
     let long_name = "a-budget-node-whose-name-is-as-long-as-a-sentence-of-a-manager";
     let long = draw("long.png", &[row(&["a", long_name, "c"]), row(&["a", "b", "c"])]);
-    // Each of the three cells widens by the long name's extra width (63
-    // characters more than "b", at least 5 px each).
-    assert!(long >= short + 3 * 5 * 62, "short names {short} px, a long one {long} px");
+    // Its column widens by the long name's extra width (62 characters more
+    // than "b", at least 5 px each), and only its column.
+    assert!(long >= short + 5 * 62, "short names {short} px, a long one {long} px");
+    let long_everywhere = draw("long3.png", &[row(&[long_name, long_name, long_name])]);
+    // Long names at all three levels widen all three columns: three times
+    // what one did (a shared width would widen all three for one name).
+    assert!(long_everywhere - short > 2 * (long - short), "short {short} px, one long name {long} px, three {long_everywhere} px");
 }
