@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Do short debug jobs start within a minute on a busy cluster? Measured on
-# the single-host test cluster (4 nodes x 8 GPUs), in one run, for allot,
-# allot with n4 kept for small jobs (allot-kept: ALLOT_SMALL_JOB_NODES=1,
+# the single-host test cluster (4 nodes x 8 GPUs), in one run, for allot
+# without kept nodes (allot: ALLOT_SMALL_JOB_NODES=0, SmallJobPartition=),
+# allot as shipped, n4 kept for small jobs (allot-kept: ALLOT_SMALL_JOB_NODES=1,
 # allot.conf SmallJobPartition=small) and Slurm's own plugins
 # (priority/basic, preempt/none), same workload, all with the shipped
 # settings (conf/slurm-*.conf, conf/allot.conf):

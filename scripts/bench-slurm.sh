@@ -128,7 +128,8 @@ measure() { # configuration (stock, allot or server) -> prints "submissions_per_
     else
         "$allot" --ledger "$DIR/ledger.db" sync "$budget" >/dev/null
     fi
-    ALLOT_LEDGER_URL=$ledger_url scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
+    # One partition of all four nodes: the cost of the plugins, not of a layout.
+    ALLOT_SMALL_JOB_NODES=0 ALLOT_LEDGER_URL=$ledger_url scripts/cluster.sh up "$DIR" --plugins "$plugins" >/dev/null
     eval "$(scripts/cluster.sh env "$DIR")"
     submit 4                      # fill the 32 GPUs
     sleep 5

@@ -57,10 +57,12 @@
 #                     are then ignored).
 #   ALLOT_CPU_ONLY=1  nodes without GPUs (32 CPUs, 64,000 MB each): a CPU-only
 #                     development cluster, for a budget with charge = "cpus".
-#   ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (1-3) for small jobs:
+#   ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (0-3) for small jobs:
 #                     partition gpu (default) without them, partition small
 #                     with all four, and SmallJobPartition=small in allot.conf
-#                     (default 0: one partition gpu of all four).
+#                     (default 1, the shipped layout: one node per 100
+#                     or part of it; 0: one partition gpu of all
+#                     four and SmallJobPartition= empty).
 #   ALLOT_ACCOUNTING=1  Slurm's accounting too: a private MariaDB (port
 #                     BASE+5) and slurmdbd (BASE+6) under DIR/db, started
 #                     before slurmctld, with AccountingStorageEnforce=
@@ -570,7 +572,7 @@ cmd_up() {
         echo "# is merged into slurm.conf's own line there."
         sed 's/^SchedulerParameters=/#&/' "$snippet"
     } >"$ETC/slurm-$snippet_name.conf"
-    local kept=${ALLOT_SMALL_JOB_NODES:-0} partitions
+    local kept=${ALLOT_SMALL_JOB_NODES:-1} partitions
     [[ $kept =~ ^[0-3]$ ]] || die "ALLOT_SMALL_JOB_NODES must be 0 to 3, got '$kept'"
     if ((kept == 0)); then
         partitions="PartitionName=gpu Nodes=n[1-${#NODES[@]}] Default=YES MaxTime=INFINITE State=UP"
@@ -623,7 +625,11 @@ EOS
     else
         set_allot_key "$ETC/allot.conf" LedgerPath "$INNER/ledger.db"
     fi
-    ((kept == 0)) || set_allot_key "$ETC/allot.conf" SmallJobPartition small
+    if ((kept == 0)); then
+        set_allot_key "$ETC/allot.conf" SmallJobPartition ""
+    else
+        set_allot_key "$ETC/allot.conf" SmallJobPartition small
+    fi
     if ((!shipped)); then
         set_allot_key "$ETC/allot.conf" RecomputePeriod "${ALLOT_RECOMPUTE_PERIOD:-2}"
         set_allot_key "$ETC/allot.conf" GraceTime "${ALLOT_GRACE_TIME:-5}"

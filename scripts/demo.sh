@@ -2,8 +2,9 @@
 # allot's demo, from a fresh Debian bookworm machine, as root:
 #
 #   1. installs what it needs (scripts/install-deps.sh) and builds allot;
-#   2. brings up a real Slurm cluster on this host (4 nodes x 8 fake GPUs)
-#      with allot's four plugins, and syncs the example lab's budget tree
+#   2. brings up a real Slurm cluster on this host (4 nodes x 8 fake GPUs,
+#      n4 kept for small jobs as allot ships: partition small of all four,
+#      gpu of n1-n3) with allot's four plugins, and syncs the example lab's budget tree
 #      (conf/budgets.toml: 3 programs, 10 projects, 24 teams);
 #   3. submits a mixed workload from several teams: idle "squatting" jobs that
 #      declare min_runtime=0 (unallocated), multi-node-sized training jobs,
@@ -118,7 +119,7 @@ budget_file=$DIR/budgets.toml
 [[ $installed == yes ]] && budget_file=$INNER/budgets.toml
 allot sync "$budget_file" | sed -n 1p
 
-say "bringing up the cluster with allot's plugins ($([[ $installed == yes ]] && echo "as installed in Slurm's PluginDir" || echo "from this tree"))"
+say "bringing up the cluster with allot's plugins, n4 kept for small jobs ($([[ $installed == yes ]] && echo "as installed in Slurm's PluginDir" || echo "from this tree"))"
 scripts/cluster.sh up "$DIR" --plugins "$plugins"
 if [[ $keep == no ]]; then
     trap 'scripts/cluster.sh down "$DIR" >/dev/null 2>&1 || true' EXIT

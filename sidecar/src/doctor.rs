@@ -296,7 +296,33 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
         f.extend(ledger_checks(&ledger, running));
         f.extend(last_good_check(running));
     }
+    if let Some(small) = std::fs::read_to_string(&conf).ok().and_then(|text| conf_value(&text, "SmallJobPartition")).filter(|s| !s.is_empty()) {
+        f.extend(small_job_partition_check(&small, running, slurm_conf));
+    }
     f
+}
+
+/// allot.conf's `SmallJobPartition` (shipped: `small`) against the running
+/// slurmctld's partitions: without it, nothing is kept for small jobs and
+/// job_submit/allot routes nothing (it logs so once).
+fn small_job_partition_check(small: &str, running: &SlurmConfig, slurm_conf: &Path) -> Option<Finding> {
+    if !running.source.starts_with("the running slurmctld") {
+        return None; // slurmctld does not answer: said above
+    }
+    let shown = Command::new("scontrol").args(["show", "partition", "-o"]).env("SLURM_CONF", slurm_conf).output().ok().filter(|o| o.status.success())?;
+    let text = String::from_utf8_lossy(&shown.stdout);
+    let nodes_of = |name: &str| {
+        text.lines()
+            .find(|l| l.split_whitespace().next() == Some(&format!("PartitionName={name}")))
+            .map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("Nodes=")).unwrap_or("(none)").to_owned())
+    };
+    Some(match nodes_of(small) {
+        Some(nodes) => ok(format!("SmallJobPartition={small}: the partition of the nodes kept for small jobs spans {nodes}")),
+        None => problem(
+            format!("allot.conf's SmallJobPartition={small} names no partition of the running slurmctld: no nodes are kept for small jobs, so debug jobs wait for running jobs' minimum runtimes"),
+            format!("in slurm.conf, PartitionName={small} over the whole cluster and one node per 100 left out of the default partition (README: nodes kept for small jobs), then restart slurmctld; or SmallJobPartition= (empty) in allot.conf for none"),
+        ),
+    })
 }
 
 /// A file slurmctld loads or trusts must not be writable by anyone but root.

@@ -260,8 +260,16 @@ fn jobs_refused_before_the_queue_are_said_once_and_a_run_of_nothing_fails() {
     assert!(said.contains(warning), "wanted\n{warning}got\n{said}");
     assert_eq!(said.matches("warning: jobs refused").count(), 1, "{said}");
     // None refused: nothing said.
-    let out = s.simulate(&["jobs.csv", "--cluster", "8x8", "--skip-bad-rows"]);
+    let out = s.simulate(&["jobs.csv", "--cluster", "8x8", "--skip-bad-rows", "--small-job-nodes", "0"]);
     assert!(out.status.success() && !stderr(&out).contains("refused"), "{}", stderr(&out));
+    // The shipped layout keeps one node of eight: a job of the whole cluster
+    // can never run, and is said to be refused.
+    let out = s.simulate(&["jobs.csv", "--cluster", "8x8", "--skip-bad-rows"]);
+    let said = stderr(&out);
+    assert!(
+        out.status.success() && said.contains("1 job larger than the 56 GPUs outside the 1 node(s) kept for small jobs, which they may not use; job 3"),
+        "{said}"
+    );
     // Every job refused: a failure that says why, and no report.
     s.file("strangers.csv", "submit_s,gpus,runtime_s,team\n0,1,60,zz\n0,1,60,zz\n1,1,60,yy\n");
     refused(

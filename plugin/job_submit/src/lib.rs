@@ -36,6 +36,7 @@ use allot_slurm::job::{Job, JobDesc, NotUtf8};
 use allot_slurm::policy::{contract_of, leaf_of, preempt_rules, small_job_partition_route};
 use allot_slurm::snapshot::{FollowerThread, PolicySnapshot};
 use allot_slurm::{sys, JobSubmitPlugin, Plugin, Refusal};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// How often the budget is re-read from the ledger: new budgets apply to
@@ -45,6 +46,9 @@ const FOLLOW_PERIOD: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct JobSubmitAllot {
     conf: AllotConf,
     follower: Option<FollowerThread>,
+    /// Whether the log already says that `SmallJobPartition` names no
+    /// partition (said once, and again after it reappears and goes).
+    small_partition_missing_said: AtomicBool,
 }
 
 allot_slurm::slurm_plugin!(job_submit, "job_submit/allot", "allot budget and contract checks", JobSubmitAllot);
@@ -93,7 +97,7 @@ impl Plugin for JobSubmitAllot {
         } else {
             None
         };
-        Ok(JobSubmitAllot { conf, follower })
+        Ok(JobSubmitAllot { conf, follower, small_partition_missing_said: AtomicBool::new(false) })
     }
 }
 
@@ -158,6 +162,26 @@ impl JobSubmitAllot {
         })
     }
 
+    /// allot.conf's `SmallJobPartition`, if slurm.conf defines it. The
+    /// shipped allot.conf names `small`: on a cluster whose slurm.conf has
+    /// no such partition yet, jobs are neither sent there (Slurm would
+    /// refuse them all) nor kept out of it, and the log says so once.
+    fn small_partition(&self, desc: &JobDesc<'_>) -> Option<&str> {
+        let small = self.conf.small_job_partition.as_deref()?;
+        if desc.partition_defined(small) == Some(false) {
+            if !self.small_partition_missing_said.swap(true, Ordering::Relaxed) {
+                log::error!(
+                    "allot.conf's SmallJobPartition={small} names no partition in slurm.conf: no nodes are kept for small jobs, so debug jobs wait for running jobs' minimum runtimes. Add the partition (README: nodes kept for small jobs; one node per 100 or part of it) or set SmallJobPartition= to say none"
+                );
+            }
+            return None;
+        }
+        if self.small_partition_missing_said.swap(false, Ordering::Relaxed) {
+            log::info!("partition {small} is defined now: small jobs are sent to it");
+        }
+        Some(small)
+    }
+
     /// Maps `account` (None or blank: the user's default) to the leaf
     /// `user_id` charges, or refuses. `Ok(None)`: an account outside the
     /// tree that this cluster lets through uncharged.
@@ -193,7 +217,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         let (canonical, contract) = canonical_comment(&comment, s.rules)?;
         let charged = self.charged(&s.tree, desc.user_id(), account.as_deref())?;
         funding_refusal(&s.tree, charged.as_ref().map(|c| c.leaf), &contract)?;
-        if let Some(small) = &self.conf.small_job_partition {
+        if let Some(small) = self.small_partition(desc) {
             let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
             let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge) };
             if let Some(partition) =
@@ -218,7 +242,8 @@ impl JobSubmitPlugin for JobSubmitAllot {
         let comment = desc.comment().map_err(utf8_refusal)?.map(str::to_owned);
         let account = desc.account().map_err(utf8_refusal)?.map(str::to_owned);
         let partition = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
-        let moves_small = self.conf.small_job_partition.is_some() && (partition.is_some() || desc.changes_gpu_request());
+        let small = self.small_partition(desc).map(str::to_owned);
+        let moves_small = small.is_some() && (partition.is_some() || desc.changes_gpu_request());
         if comment.is_none() && account.is_none() && !moves_small {
             return Ok(());
         }
@@ -237,7 +262,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
         // A pending job in the small-job partition must stay a job that may
         // use it, whatever the update changes (started jobs keep their
         // partition, contract and budget: Slurm's rule and the one below).
-        if let (Some(small), true) = (self.conf.small_job_partition.as_deref(), job.is_pending()) {
+        if let (Some(small), true) = (small.as_deref(), job.is_pending()) {
             let contract = asked_contract.as_ref().map_or_else(|| contract_of(&job, s.rules), |(_, c)| *c);
             let leaf = match &asked_charged {
                 Some(charged) => charged.as_ref().map(|c| c.leaf),

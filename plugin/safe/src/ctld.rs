@@ -35,6 +35,7 @@ const REQUEUE_SYMBOL: &CStr = c"job_requeue";
 const REQUEUE_SYMBOL: &CStr = c"job_requeue_external";
 type VoidFn = unsafe extern "C" fn();
 type FindJobFn = unsafe extern "C" fn(u32) -> *mut sys::job_record_t;
+type FindPartFn = unsafe extern "C" fn(*mut c_char) -> *mut sys::part_record_t;
 
 /// Addresses of slurmctld's symbols, found once.
 pub struct Slurmctld {
@@ -47,6 +48,9 @@ pub struct Slurmctld {
     requeue: RequeueFn,
     find_job: FindJobFn,
     queue_scheduler: VoidFn,
+    /// `find_part_record`; optional, as only the small-job partition's
+    /// check needs it (which then trusts allot.conf).
+    find_part: Option<FindPartFn>,
 }
 
 // SAFETY: the pointers are addresses of slurmctld's globals and functions,
@@ -109,6 +113,8 @@ impl Slurmctld {
                     find_job: unsafe { std::mem::transmute::<*mut c_void, FindJobFn>(symbol(c"find_job_record")?) },
                     // SAFETY: as above.
                     queue_scheduler: unsafe { std::mem::transmute::<*mut c_void, VoidFn>(symbol(c"queue_job_scheduler")?) },
+                    // SAFETY: as above.
+                    find_part: symbol(c"find_part_record").map(|p| unsafe { std::mem::transmute::<*mut c_void, FindPartFn>(p) }),
                 })
             })();
             if resolved.is_none() {
@@ -203,6 +209,21 @@ impl Slurmctld {
             }
             sys::list_iterator_destroy(it);
         }
+    }
+
+    /// Whether slurm.conf defines the partition `name` (`None`: this
+    /// slurmctld cannot say).
+    ///
+    /// # Safety
+    /// The calling thread must hold slurmctld's partition lock (read or
+    /// write) for the whole call, as slurmctld does around the job_submit
+    /// hooks (`_slurm_rpc_submit_batch_job`, `_slurm_rpc_update_job`, ...).
+    pub unsafe fn partition_exists_under_callers_lock(&self, name: &str) -> Option<bool> {
+        let find = self.find_part?;
+        let name = std::ffi::CString::new(name).ok()?;
+        // SAFETY: the caller holds the partition lock, which protects part_list; find_part_record only compares the name (it takes `char *` but does not write it), which lives across the call.
+        let found = unsafe { find(name.as_ptr() as *mut c_char) };
+        Some(!found.is_null())
     }
 
     /// Asks the main scheduler to run soon (after priorities changed).

@@ -420,10 +420,21 @@ pub struct JobDesc<'a> {
 impl<'a> JobDesc<'a> {
     /// # Safety
     /// `ptr` must be null or point to the request slurmctld passed to the
-    /// job_submit plugin, valid for `'a`.
+    /// job_submit plugin, valid for `'a`, and `'a` must not outlast the
+    /// hook, during which slurmctld holds its partition read lock (which
+    /// [`JobDesc::partition_defined`] relies on).
     pub unsafe fn from_ptr(ptr: *mut sys::job_desc_msg_t) -> Option<JobDesc<'a>> {
         // SAFETY: as the caller guarantees.
         unsafe { ptr.as_mut() }.map(|raw| JobDesc { raw })
+    }
+    /// Whether slurm.conf defines the partition `name` now (`None`: outside
+    /// slurmctld, or a slurmctld without `find_part_record`). A request
+    /// exists only inside a job_submit hook, which slurmctld calls holding
+    /// the partition read lock: hence a method here.
+    pub fn partition_defined(&self, name: &str) -> Option<bool> {
+        let ctld = crate::ctld::Slurmctld::get()?;
+        // SAFETY: a JobDesc lives only for a job_submit or job_modify hook, which slurmctld calls with its partition read lock held (from_ptr's contract).
+        unsafe { ctld.partition_exists_under_callers_lock(name) }
     }
     pub fn user_id(&self) -> u32 {
         self.raw.user_id

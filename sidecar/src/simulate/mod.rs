@@ -223,8 +223,9 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws");
     }
     // One preparation for every policy: the jobs refused before they are queued are said once.
-    let prepared = prepare::prepare(&workload, &tree, cluster, a.small_job_nodes);
-    let refusals = prepared.refusals(&workload, &tree, cluster, a.small_job_nodes);
+    let small_job_nodes = a.small_job_nodes.unwrap_or_else(|| allot::preempt::shipped_small_job_nodes(cluster.nodes));
+    let prepared = prepare::prepare(&workload, &tree, cluster, small_job_nodes);
+    let refusals = prepared.refusals(&workload, &tree, cluster, small_job_nodes);
     if refusals.all() {
         let file = path.display();
         let all = if refusals.jobs == 1 {
@@ -252,7 +253,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.preempt_max_job_test = a.preempt_max_job_test;
         cfg.default_queue_depth = a.default_queue_depth;
         cfg.bf_interval = a.bf_interval;
-        cfg.small_job_nodes = a.small_job_nodes;
+        cfg.small_job_nodes = small_job_nodes;
         cfg.placement = a.placement;
         cfg.preempt_around_reservation = a.preempt_around_reservation;
         cfg.plan_with_protection_ends = a.plan_with_protection_ends;
@@ -329,7 +330,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "preempt_max_job_test": a.preempt_max_job_test,
                 "default_queue_depth": a.default_queue_depth,
                 "bf_interval_s": a.bf_interval,
-                "small_job_nodes": a.small_job_nodes,
+                "small_job_nodes": small_job_nodes,
                 "placement": a.placement,
                 "preempt_around_reservation": a.preempt_around_reservation,
                 "plan_with_protection_ends": a.plan_with_protection_ends,
@@ -403,11 +404,8 @@ fn check_run_options(a: &RunArgs, cluster: ClusterSpec) -> anyhow::Result<()> {
             default(a.gantt_to)
         ));
     }
-    if a.small_job_nodes >= cluster.nodes {
-        bad.push(format!(
-            "--small-job-nodes {} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others",
-            a.small_job_nodes
-        ));
+    if let Some(kept) = a.small_job_nodes.filter(|&k| k >= cluster.nodes) {
+        bad.push(format!("--small-job-nodes {kept} keeps every node of the {cluster} cluster for small jobs: leave at least one for the others"));
     }
     if let Some(j) = &a.json {
         if j.is_dir() {

@@ -457,6 +457,9 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
     // n4 kept: partition gpu is n[1-3], partition small n[1-4], and
     // allot.conf names small as SmallJobPartition.
     let c = TestCluster::start("smallnodes", BUDGET, Options { small_job_nodes: 1, ..Options::default() });
+    let conf = c.slurm_conf();
+    let doctor = c.allot_in_release(&["doctor", "--slurm-conf", conf.to_str().unwrap()]);
+    assert!(text(&doctor).contains("SmallJobPartition=small: the partition of the nodes kept for small jobs spans n[1-4]"), "{}", text(&doctor));
     // Team A's training fills n1-n3; its fourth job may not use n4.
     let training: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=1h", "--requeue", &sleep_job(600)]).unwrap()).collect();
     c.wait_for("three training jobs run", secs(30), || training[..3].iter().all(|&j| c.job(j).state() == "RUNNING"));
@@ -533,6 +536,45 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
         assert!(out.status.success(), "update {i} of a fresh job: {}", text(&out));
         assert_eq!(c.job(id).get("Partition"), "gpu");
     }
+}
+
+/// The shipped allot.conf names `SmallJobPartition=small`. On a cluster
+/// whose slurm.conf has no such partition (yet), jobs are accepted as if it
+/// named none (Slurm would refuse every small job sent to a partition it
+/// does not know) and slurmctld's log says why, once.
+#[test]
+fn t12b_a_small_job_partition_slurm_does_not_know_routes_nothing_and_is_said_once() {
+    let c = TestCluster::start("nosmallpart", BUDGET, Options { small_job_nodes: 0, ..Options::default() });
+    let conf = c.dir.join("etc/allot.conf");
+    let text_conf = std::fs::read_to_string(&conf).unwrap();
+    let named: String =
+        text_conf.lines().map(|l| if l.starts_with("SmallJobPartition=") { "SmallJobPartition=small\n".to_owned() } else { format!("{l}\n") }).collect();
+    assert_ne!(named, text_conf, "the test cluster's allot.conf had no empty SmallJobPartition line");
+    std::fs::write(&conf, named).unwrap();
+    c.restart_slurmctld();
+    // A debug job, a free job and a training job: each accepted, in gpu.
+    let jobs: Vec<u32> = [("bob", "--comment=debug min_runtime=10m"), ("carol", "--comment=min_runtime=0"), ("alice", "--comment=min_runtime=1h")]
+        .iter()
+        .map(|(user, comment)| c.sbatch(user, &["--gres=gpu:1", comment, &sleep_job(2)]).unwrap_or_else(|e| panic!("{user} {comment}: refused: {e}")))
+        .collect();
+    for &j in &jobs {
+        assert_eq!(c.job(j).get("Partition"), "gpu", "JobId={j}");
+    }
+    c.wait_for("the jobs complete", secs(60), || jobs.iter().all(|&j| c.job(j).state() == "COMPLETED"));
+    // A job that names the missing partition gets Slurm's own answer.
+    let e = c
+        .sbatch("bob", &["-p", "small", "--gres=gpu:1", "--comment=min_runtime=10m", &sleep_job(2)])
+        .expect_err("a job in a partition Slurm does not know was accepted");
+    assert!(e.contains("Invalid partition name"), "{e}");
+    let log = c.ctld_log();
+    let said = "allot.conf's SmallJobPartition=small names no partition in slurm.conf";
+    assert_eq!(log.matches(said).count(), 1, "said {} times, not once:\n{log}", log.matches(said).count());
+    // allot doctor names it, with the fix.
+    let conf = c.slurm_conf();
+    let doctor = c.allot_in_release(&["doctor", "--slurm-conf", conf.to_str().unwrap()]);
+    assert!(!doctor.status.success(), "allot doctor passes a SmallJobPartition Slurm does not know:\n{}", text(&doctor));
+    assert!(text(&doctor).contains("allot.conf's SmallJobPartition=small names no partition of the running slurmctld"), "{}", text(&doctor));
+    assert!(text(&doctor).contains("fix: in slurm.conf, PartitionName=small over the whole cluster"), "{}", text(&doctor));
 }
 
 /// `allot report` on the live cluster: each budget's demand is what its jobs

@@ -149,9 +149,16 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
         .unwrap();
     let said = text(&out);
     assert!(out.status.success(), "the demo failed:\n{said}");
-    assert!(said.contains("bringing up the cluster with allot's plugins (as installed in Slurm's PluginDir)"), "{said}");
+    assert!(said.contains("bringing up the cluster with allot's plugins, n4 kept for small jobs (as installed in Slurm's PluginDir)"), "{said}");
     let conf = std::fs::read_to_string(dir.join("etc/slurm.conf")).unwrap_or_default();
     assert!(conf.lines().any(|l| l == format!("PluginDir={plugin_dir}")), "the demo's cluster did not use the package's plugins only");
+    // The shipped layout: n4 kept for small jobs, named in the package's allot.conf.
+    assert!(
+        conf.lines().any(|l| l.starts_with("PartitionName=small Nodes=n[1-4]")) && conf.lines().any(|l| l.starts_with("PartitionName=gpu Nodes=n[1-3]")),
+        "{conf}"
+    );
+    let allot_conf = std::fs::read_to_string(dir.join("etc/allot.conf")).unwrap_or_default();
+    assert!(allot_conf.lines().any(|l| l == "SmallJobPartition=small"), "{allot_conf}");
 
     // Its table: JOB USER BUDGET KIND CONTRACT STATE RESTARTS WAIT.
     let table: Vec<Vec<&str>> = said
