@@ -90,6 +90,8 @@ pub struct SlurmConfig {
     pub source: String,
     /// The Slurm version (`25.11.7`).
     pub version: Option<String>,
+    /// Told by the running slurmctld (`scontrol show config`), not read from files.
+    pub live: bool,
 }
 
 impl SlurmConfig {
@@ -134,7 +136,7 @@ pub fn read_slurm_conf(path: &Path) -> anyhow::Result<SlurmConfig> {
     }
     let mut values = BTreeMap::new();
     read(path, &mut values, 0)?;
-    Ok(SlurmConfig { values, source: path.display().to_string(), version: None })
+    Ok(SlurmConfig { values, source: path.display().to_string(), version: None, live: false })
 }
 
 /// `25.11.7` -> (25, 11, 7).
@@ -306,7 +308,7 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
 /// slurmctld's partitions: without it, nothing is kept for small jobs and
 /// job_submit/allot routes nothing (it logs so once).
 fn small_job_partition_check(small: &str, running: &SlurmConfig, slurm_conf: &Path) -> Option<Finding> {
-    if !running.source.starts_with("the running slurmctld") {
+    if !running.live {
         return None; // slurmctld does not answer: said above
     }
     let shown = Command::new("scontrol").args(["show", "partition", "-o"]).env("SLURM_CONF", slurm_conf).output().ok().filter(|o| o.status.success())?;
@@ -483,6 +485,7 @@ pub fn running_config(slurm_conf: &Path) -> (SlurmConfig, Vec<Finding>) {
         if out.status.success() {
             let mut c = parse_show_config(&String::from_utf8_lossy(&out.stdout));
             c.source = "the running slurmctld (scontrol show config)".to_owned();
+            c.live = true;
             if c.version.is_some() {
                 return (c, notes);
             }
@@ -593,6 +596,7 @@ mod tests {
                 .collect(),
             source: "test".into(),
             version: Some("25.11.7".into()),
+            live: false,
         };
         let findings = check(&running, &dir.path().join("slurm.conf"));
         let bad: Vec<&Finding> = findings.iter().filter(|f| !f.ok).collect();

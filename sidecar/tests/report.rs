@@ -350,7 +350,7 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
             "--since",
             "2h",
             "--cluster",
-            "1x4",
+            "2x4",
             "--lookback",
             "1d",
             "--no-timing",
@@ -366,6 +366,9 @@ fn the_ledger_s_jobs_replay_in_the_simulator_beside_what_happened() {
     let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(doc["actual"]["jobs_started"], 2, "{}", doc["actual"]);
     assert_eq!(doc["settings"]["lookback_s"], 86400, "the knob given applies");
+    // The ledger does not know the site's partitions: no kept node unless told (the shipped rule would keep one of 2).
+    assert_eq!(doc["settings"]["small_job_nodes"], 0, "{}", doc["settings"]);
+    assert!(stderr.contains("--from-ledger: modelling no nodes kept for small jobs"), "{stderr}");
     assert_eq!(doc["reports"][0]["jobs"], 2);
     // A CSV and --from-ledger are one too many workloads.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_allot")).args(["simulate", "w.csv", "--from-ledger", "--cluster", "1x4"]).output().unwrap();

@@ -201,7 +201,7 @@ pub(super) struct RunArgs {
     /// Time between backfill passes (Slurm's bf_interval).
     #[arg(long, value_parser = duration, default_value = "30s")]
     pub(super) bf_interval: i64,
-    /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). Default: the shipped layout, one node per 100 or part of it (none on one node). 0: none.
+    /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). Default: the shipped layout, one node per 100 or part of it (none on one node); with --from-ledger, none. 0: none.
     #[arg(long)]
     pub(super) small_job_nodes: Option<u32>,
     /// Where single-node jobs go among the nodes they fit: best-fit (the fullest node that fits; keeps whole nodes whole) or first-fit (the lowest-numbered, for comparison).

@@ -223,7 +223,17 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         eprintln!("warning: --gantt-from and --gantt-to set the window of a picture that only --plots draws");
     }
     // One preparation for every policy: the jobs refused before they are queued are said once.
-    let small_job_nodes = a.small_job_nodes.unwrap_or_else(|| allot::preempt::shipped_small_job_nodes(cluster.nodes));
+    // A what-if of a site's own ledger models no kept nodes unless told: the
+    // ledger does not record the site's partitions, and the shipped layout
+    // would compare the site against one it may not have.
+    let small_job_nodes = match (a.small_job_nodes, &from_ledger) {
+        (Some(n), _) => n,
+        (None, Some(_)) => {
+            eprintln!("--from-ledger: modelling no nodes kept for small jobs; give --small-job-nodes N for the nodes your SmallJobPartition keeps");
+            0
+        }
+        (None, None) => allot::preempt::shipped_small_job_nodes(cluster.nodes),
+    };
     let prepared = prepare::prepare(&workload, &tree, cluster, small_job_nodes);
     let refusals = prepared.refusals(&workload, &tree, cluster, small_job_nodes);
     if refusals.all() {
