@@ -2,7 +2,7 @@
 # What allot's plugins cost slurmctld, measured on the single-host test
 # cluster, in one run, against Slurm's own plugins (priority/basic, no
 # job_submit plugin, preempt/none: conf/slurm-stock.conf; priority/multifactor
-# cannot rank without slurmdbd, see the README):
+# cannot rank without slurmdbd, see docs/src/design/tests.md):
 #
 #   1. sbatch throughput: 2,000 submissions from one shell loop, each an
 #      8-GPU job that must wait (the cluster is kept full), slurmctld's

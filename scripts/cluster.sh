@@ -143,7 +143,7 @@ IN_ROOT=()
 # commands and daemons come first on PATH.
 PREFIX=$(release_field "$RELEASE" prefix)
 if [[ -n $PREFIX ]]; then
-    [[ -x $PREFIX/sbin/slurmctld ]] || { printf 'cluster: ERROR: Slurm %s is not installed in %s: build it with scripts/build-slurm.sh (README, "Supported Slurm releases")\n' "$RELEASE" "$PREFIX" >&2; exit 1; }
+    [[ -x $PREFIX/sbin/slurmctld ]] || { printf 'cluster: ERROR: Slurm %s is not installed in %s: build it with scripts/build-slurm.sh (docs/src/admin/slurm-releases.md)\n' "$RELEASE" "$PREFIX" >&2; exit 1; }
     export PATH="$PREFIX/bin:$PREFIX/sbin:$PATH"
 fi
 

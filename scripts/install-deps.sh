@@ -3,7 +3,7 @@
 # Slurm release and to run real Slurm clusters of those releases on this host,
 # on Debian 12 (bookworm), as root.
 #
-# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--browser] [--debugger]
+# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--docs] [--browser] [--debugger]
 #   --slurm RELEASE  22.05 (the default), 24.11, or all (both); may be repeated.
 #                    25.05, 25.11, 26.05: only checks that scripts/build-slurm.sh
 #                      has built and installed that site build.
@@ -21,6 +21,7 @@
 #                    22.05 and in the Debian 13 root for 24.11: the test
 #                    clusters with accounting (scripts/cluster.sh ALLOT_ACCOUNTING=1).
 #   --packaging      also cargo-deb (cargo install --locked), for scripts/package.sh.
+#   --docs           also mdBook (cargo install --locked), to build the book in docs/.
 #   --browser        also Debian's Chromium, which the test of `allot serve`
 #                    drives headless (loads the page, keeps a screenshot).
 #   --debugger       also gdb, with which the cluster tests print the stack of
@@ -44,6 +45,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 readonly DEB_SRC_FILE=/etc/apt/sources.list.d/allot-src.sources
 readonly APT_OPTS=(-y -q -o DPkg::Lock::Timeout=900 --no-install-recommends)
 readonly CARGO_DEB_VERSION=3.8.0
+readonly MDBOOK_VERSION=0.5.4
 
 step() { printf 'install-deps: %s\n' "$*"; }
 die() { printf 'install-deps: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -53,13 +55,14 @@ meta_version() { awk '$1 == "Version:" { print $2; exit }' "$1"; }
 # A Debian version's upstream part: no epoch, no Debian revision.
 upstream_of() { local v=${1#*:}; echo "${v%-*}"; }
 
-releases=() accounting=0 packaging=0 browser=0 debugger=0
+releases=() accounting=0 packaging=0 docs=0 browser=0 debugger=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --slurm) [[ $# -ge 2 ]] || usage; releases+=("$2"); shift 2 ;;
         --slurm=*) releases+=("${1#*=}"); shift ;;
         --accounting) accounting=1; shift ;;
         --packaging) packaging=1; shift ;;
+        --docs) docs=1; shift ;;
         --browser) browser=1; shift ;;
         --debugger) debugger=1; shift ;;
         -h|--help) usage ;;
@@ -488,6 +491,16 @@ if ((packaging)); then
     else
         step "cargo install cargo-deb $CARGO_DEB_VERSION (a few minutes on 2 cores)"
         run_logged cargo install --locked --version "$CARGO_DEB_VERSION" cargo-deb
+    fi
+fi
+if ((docs)); then
+    cargo_bin=${HOME:-/root}/.cargo/bin
+    command -v cargo >/dev/null || export PATH="$cargo_bin:$PATH"
+    if command -v mdbook >/dev/null && [[ $(mdbook --version 2>/dev/null) == *"$MDBOOK_VERSION"* ]]; then
+        step "mdbook $MDBOOK_VERSION present"
+    else
+        step "cargo install mdbook $MDBOOK_VERSION (about two minutes on 2 cores)"
+        run_logged cargo install --locked --version "$MDBOOK_VERSION" mdbook
     fi
 fi
 

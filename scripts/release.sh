@@ -3,7 +3,7 @@
 # one table read by the scripts, by the cluster tests (`scripts/release.sh
 # RELEASE FIELD`) and by slurm-sys/build.rs (its default tree when
 # SLURM_SRC_DIR is not set). A site's own build needs no row: slurm-sys reads
-# the version and the ABI from the tree it is given (README, "Build for your site").
+# the version and the ABI from the tree it is given (docs/src/admin/slurm-releases.md, "Build for your site").
 #
 #   release  version  how the test cluster's Slurm is installed
 #   22.05    22.05.8  Debian 12's packages on this host                  (CI)
@@ -14,7 +14,7 @@
 #   25.05    25.05.8  SchedMD's tag slurm-25-05-8-1, built by             (by hand)
 #   25.11    25.11.7  scripts/build-slurm.sh into /opt/slurm-VERSION,   (by hand)
 #   26.05    26.05.3  as a site builds it; no registry serves these      (by hand)
-#                     trees, so CI cannot: see the README's release table
+#                     trees, so CI cannot: see the release table of docs/src/admin/slurm-releases.md
 #
 # Usage, as a command:   scripts/release.sh RELEASE FIELD
 #                        scripts/release.sh all|ci|site   (releases, one a line)
@@ -54,7 +54,7 @@ release_field() {
         25.11) version=25.11.7 ;;
         26.05) version=26.05.3 ;;
         *)
-            echo "release: Slurm release '$release' is not in allot's test table (${ALLOT_RELEASES[*]}); to build for a Slurm of your own, set SLURM_SRC_DIR (README, \"Build for your site\")" >&2
+            echo "release: Slurm release '$release' is not in allot's test table (${ALLOT_RELEASES[*]}); to build for a Slurm of your own, set SLURM_SRC_DIR (docs/src/admin/slurm-releases.md, \"Build for your site\")" >&2
             return 1 ;;
     esac
     if [[ $tested == hand ]]; then

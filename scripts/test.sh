@@ -3,9 +3,9 @@
 # every supported Slurm release (22.05.8, Debian 12's, on this host; 24.11.5,
 # Debian 13's, in a Debian 13 root):
 #   1. installs what the tests need (scripts/install-deps.sh --slurm RELEASE
-#      --accounting --packaging --browser --debugger: Slurm and its source
-#      for each release, slurmdbd and MariaDB, munge, libclang, fonts,
-#      cargo-deb, Chromium, gdb);
+#      --accounting --packaging --docs --browser --debugger: Slurm and its
+#      source for each release, slurmdbd and MariaDB, munge, libclang, fonts,
+#      cargo-deb, mdBook, Chromium, gdb);
 #   2. builds everything in release mode, and each other release's plugins
 #      into that release's own target directory (scripts/release.sh);
 #   3. runs the tests that need neither root nor Slurm: the policy core's
@@ -58,7 +58,7 @@ phase "installing dependencies (Slurm ${releases[*]})"
 # The default release's headers are always needed: the workspace builds for it.
 deps=(--slurm "$ALLOT_DEFAULT_RELEASE")
 for r in "${releases[@]}"; do deps+=(--slurm "$r"); done
-scripts/install-deps.sh "${deps[@]}" --accounting --packaging --browser --debugger
+scripts/install-deps.sh "${deps[@]}" --accounting --packaging --docs --browser --debugger
 
 phase "format and lints (rustfmt.toml; the workspace lints in Cargo.toml, warnings denied)"
 for tool in fmt clippy; do
@@ -87,8 +87,9 @@ cargo test --release --workspace --locked --exclude allot-cluster-tests -- --tes
 # The tests a plain `cargo test` leaves out (#[ignore], with the reason):
 # those that need a MariaDB server (installed above, --accounting; the
 # ledger's engine tests start a private one) and those that need root (the
-# CLI acting for other users under sudo, in a private mount namespace).
-cargo test --release --locked -p allot-ledger --test engines -p allot-cli --test server_sync --test cli -- --ignored "${cargo_args[@]}"
+# CLI acting for other users under sudo, in a private mount namespace), and
+# the book's build (mdBook, installed above, --docs).
+cargo test --release --locked -p allot-ledger --test engines -p allot-cli --test server_sync --test cli --test book -- --ignored "${cargo_args[@]}"
 for r in "${releases[@]}"; do
     [[ $r == "$ALLOT_DEFAULT_RELEASE" ]] && continue
     phase "the bindings' layout tests for Slurm $(release_field "$r" version)"

@@ -229,7 +229,7 @@ fn fail(msg: String) -> ! {
 /// the repository's test table (`ALLOT_SLURM_RELEASE`, scripts/release.sh).
 fn locate_tree(manifest_dir: &Path) -> Tree {
     let site_fix = "point SLURM_SRC_DIR at the Slurm source tree your slurmctld was built from, configured as it was \
-                    (./configure with the same options; see the README's \"Build for your site\")";
+                    (./configure with the same options; see \"Build for your site\" in allot's docs/src/admin/slurm-releases.md)";
     let (src_dir, include_dir, fix) = match env_path("SLURM_SRC_DIR") {
         Some(src) => (src, env_path("SLURM_INCLUDE_DIR"), site_fix.to_owned()),
         None => {

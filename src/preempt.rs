@@ -483,7 +483,7 @@ pub fn victim_order(job: &RunningJob, gpus: u32, resumable: bool, ranking: &Rank
 /// others need somewhere to run). One node of 32 brings every team's
 /// debug p90 under 30 s in the debug-under-overload class, and one of 75
 /// does the same on the documented month, where two or three cost the
-/// large jobs more and gain little (README); `allot simulate` models it
+/// large jobs more and gain little (docs/src/admin/small-jobs.md); `allot simulate` models it
 /// unless told `--small-job-nodes`, and conf/allot.conf names the
 /// partition that holds them.
 pub fn shipped_small_job_nodes(nodes: u32) -> u32 {

@@ -285,7 +285,7 @@ pub fn check(running: &SlurmConfig, slurm_conf: &Path) -> Vec<Finding> {
                 Some(PathBuf::from(allot_ledger::DEFAULT_LEDGER_PATH))
             }
             Err(e) => {
-                f.push(problem(format!("{}: {e}", conf.display()), "LedgerPath=/absolute/path.db (SQLite) or LedgerUrl=mysql://USER@HOST/DATABASE?password_file=... (README, \"A ledger on a database server\")"));
+                f.push(problem(format!("{}: {e}", conf.display()), "LedgerPath=/absolute/path.db (SQLite) or LedgerUrl=mysql://USER@HOST/DATABASE?password_file=... (allot's book, \"A ledger on a database server\")"));
                 None
             }
         },
@@ -322,7 +322,7 @@ fn small_job_partition_check(small: &str, running: &SlurmConfig, slurm_conf: &Pa
         Some(nodes) => ok(format!("SmallJobPartition={small}: the partition of the nodes kept for small jobs spans {nodes}")),
         None => problem(
             format!("allot.conf's SmallJobPartition={small} names no partition of the running slurmctld: no nodes are kept for small jobs, so debug jobs wait for running jobs' minimum runtimes"),
-            format!("in slurm.conf, PartitionName={small} over the whole cluster and one node per 100 left out of the default partition (README: nodes kept for small jobs), then restart slurmctld; or SmallJobPartition= (empty) in allot.conf for none"),
+            format!("in slurm.conf, PartitionName={small} over the whole cluster and one node per 100 left out of the default partition (allot's book, \"Debug jobs under overload\"), then restart slurmctld; or SmallJobPartition= (empty) in allot.conf for none"),
         ),
     })
 }

@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 mod simulate;
 
 // mimalloc: `allot simulate` ran 7% to 17% faster than on glibc's malloc in
-// alternating runs of the 300,000-job case (sim/README.md, "Speed"), with
+// alternating runs of the 300,000-job case (docs/src/simulator/speed.md), with
 // byte-identical reports.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;

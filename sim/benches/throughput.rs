@@ -5,7 +5,7 @@
 //! time of the simulation itself (`sim_seconds`: workload generation,
 //! loading and the report are not timed), and simulated days per second.
 //!
-//! Cases (documented in sim/README.md):
+//! Cases (documented in docs/src/simulator/speed.md):
 //! - `month, generated`: `allot simulate generate scenario` defaults: a
 //!   month of a 75x8 (600-GPU) cluster, 12 teams, about 42,000 jobs;
 //! - `month, Philly x5 /5`: the Philly trace's 10,000 jobs five times over

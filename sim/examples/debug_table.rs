@@ -1,4 +1,4 @@
-//! The debug-under-overload table of sim/README.md: every variant of the
+//! The debug-under-overload table of docs/src/simulator/debug-overload.md: every variant of the
 //! scenario under each preemption mechanism, and the baseline.
 //!
 //! ```sh

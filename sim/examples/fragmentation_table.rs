@@ -1,4 +1,4 @@
-//! The fragmentation table of sim/README.md: each knob alone, the two
+//! The fragmentation table of docs/src/simulator/fragmentation.md: each knob alone, the two
 //! reservation knobs together, and nodes kept for small jobs, on a
 //! generated workload at twice the cluster and on the October 2017 Philly
 //! month, under allot on 600 GPUs.

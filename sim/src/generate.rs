@@ -1,7 +1,7 @@
 //! Workloads no trace has, and the columns the Philly trace lacks.
 //!
 //! Both are seeded (ChaCha8): the same parameters and seed give the same
-//! jobs, byte for byte. The rules are documented in sim/README.md; the
+//! jobs, byte for byte. The rules are documented in docs/src/simulator/generator.md; the
 //! constants below are those rules.
 
 use allot::budget::BudgetTree;
@@ -72,7 +72,7 @@ const TRAINING_MIN_RUNTIMES: [(f64, i64); 4] = [(1.0, HOUR), (1.0, 2 * HOUR), (1
 /// Job kinds of the scenario, by share of submissions.
 const KINDS: [(f64, &str); 5] = [(0.62, "debug"), (0.24, "training"), (0.015, "multinode"), (0.10, "sweep"), (0.025, "interactive")];
 
-/// One job of `kind` (gpus, runtime, min_runtime, resumable, priority), per the README's table.
+/// One job of `kind` (gpus, runtime, min_runtime, resumable, priority), per the table of docs/src/simulator/generator.md.
 fn job_shape(rng: &mut ChaCha8Rng, kind: &str, gpus_per_node: u32) -> (u32, i64, i64, bool, PriorityLevel) {
     use PriorityLevel::*;
     let node = gpus_per_node;
@@ -129,7 +129,7 @@ fn seasonal(t: i64, bursts: &[(i64, i64)]) -> f64 {
 }
 
 /// Bursty, seasonal demand per team, in total `load` times the cluster.
-/// See sim/README.md for the mix.
+/// See docs/src/simulator/generator.md for the mix.
 pub fn scenario(p: &ScenarioParams) -> Scenario {
     let mut rng = ChaCha8Rng::seed_from_u64(p.seed);
     let span = (p.days * DAY as f64).round() as i64;
@@ -238,7 +238,7 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
 
 /// The debug-under-overload class (issue 10): large resumable training
 /// jobs at a multiple of capacity from every team, a steady trickle of
-/// small short debug jobs, and free fillers. See sim/README.md.
+/// small short debug jobs, and free fillers. See docs/src/simulator/generator.md.
 #[derive(Debug, Clone)]
 pub struct DebugParams {
     pub cluster: ClusterSpec,
@@ -409,7 +409,7 @@ impl Default for DeriveParams {
     }
 }
 
-/// Fills in what a trace lacks, by the seeded rule of sim/README.md:
+/// Fills in what a trace lacks, by the seeded rule of docs/src/simulator/input.md:
 /// - kind `debug` when the job ran 30 minutes or less on at most one node,
 ///   `training` otherwise, except that a tenth of training jobs on one or
 ///   two GPUs become `sweep` (unallocated, `min_runtime=0`, low priority);

@@ -1,6 +1,6 @@
 //! The report: what an admin compares between policies.
 //!
-//! Definitions (also in sim/README.md):
+//! Definitions (also in docs/src/simulator/report.md):
 //! - **wait** of a job: its first start minus its submission. A job that
 //!   never started counts with the wait it had when the simulation stopped
 //!   (a lower bound). Percentiles are nearest-rank over started and waiting
@@ -65,7 +65,7 @@ pub struct TeamStats {
     pub owed_gpu_hours: f64,
     /// Owed over the submission span as if every job of the team had
     /// started at its submission: the same for every policy (see the
-    /// README's definitions).
+    /// book's definitions, docs/src/simulator/report.md).
     pub owed_at_submission_gpu_hours: f64,
     pub delivered_gpu_hours: f64,
     /// Delivered over the submission span (the drain after the last

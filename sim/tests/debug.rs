@@ -1,4 +1,4 @@
-//! The debug-under-overload scenario class (sim/README.md, "Debug jobs
+//! The debug-under-overload scenario class (docs/src/simulator/debug-overload.md, "Debug jobs
 //! under overload"): the shipped preemption rules keep small debug jobs'
 //! waits short for every team while training runs at 2.5 to 3 times the
 //! cluster, without costing any team its share; and what each mechanism

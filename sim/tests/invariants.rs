@@ -142,8 +142,8 @@ fn with_steady_demand_delivered_shares_converge_to_budget_shares() {
 }
 
 /// What a leaf's delivered share tends to, minus its budget share, when the
-/// window is so short that leaves take turns (README, "Choosing the
-/// lookback"): level by level, siblings get shares in proportion to the
+/// window is so short that leaves take turns (the book's "Choosing the
+/// lookback", docs/src/admin/configuration.md): level by level, siblings get shares in proportion to the
 /// square roots of their shares, `sqrt(s_k) / sum_j sqrt(s_j)`.
 fn turn_taking_excess(tree: &BudgetTree) -> Vec<f64> {
     (0..tree.leaves.len() as u32)
@@ -160,14 +160,14 @@ fn turn_taking_excess(tree: &BudgetTree) -> Vec<f64> {
         .collect()
 }
 
-/// The bound the README states for short lookbacks ("Choosing the
-/// lookback"), on the steady workload of the convergence test: a leaf's
+/// The bound the book states for short lookbacks ("Choosing the
+/// lookback", docs/src/admin/configuration.md), on the steady workload of the convergence test: a leaf's
 /// delivered share differs from its budget share by at most
 /// `(|excess| + 0.01) x min(1.6, 5 x L / lookback) + 0.005`, where `excess`
 /// is [`turn_taking_excess`] and L the jobs' runtime weighted by GPU-time
 /// (1, 2 and 3 h equally often: 14/6 h). And the over-service is real: at
 /// 6 h the 10% leaf of the flat budget gets more than 12% (if a change of
-/// the policy removes it, the README's section should say so).
+/// the policy removes it, the book's section should say so).
 #[test]
 fn short_lookbacks_over_serve_small_shares_within_the_documented_bound() {
     let cluster = ClusterSpec { nodes: 4, gpus_per_node: 8 };
@@ -197,7 +197,11 @@ fn short_lookbacks_over_serve_small_shares_within_the_documented_bound() {
                 );
             }
             if budget == flat && lookback == 6 * H {
-                assert!(got[0] > 0.12, "the 10% leaf at a 6h lookback: {:.4} (the README says about 14.6%)", got[0]);
+                assert!(
+                    got[0] > 0.12,
+                    "the 10% leaf at a 6h lookback: {:.4} (docs/src/admin/configuration.md, 'Choosing the lookback': short windows over-serve small shares)",
+                    got[0]
+                );
             }
         }
     }
@@ -238,7 +242,7 @@ proptest! {
     }
 }
 
-/// The scenario of sim/README.md: `allot simulate generate scenario` with
+/// The scenario of docs/src/simulator/results.md: `allot simulate generate scenario` with
 /// its defaults (75x8, 30 days, 12 teams, load 1.2, seed 1), both policies.
 #[test]
 fn the_readme_scenario_shows_what_the_design_predicts() {

@@ -1,6 +1,6 @@
 //! Every number of the report, worked out by hand on workloads of a few
 //! jobs, against what `allot_sim::metrics::report` computes: the definitions
-//! in sim/README.md ("The report"), each checked once.
+//! in docs/src/simulator/report.md, each checked once.
 
 use allot::budget::BudgetTree;
 use allot_sim::check::invariants;

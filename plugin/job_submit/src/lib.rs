@@ -171,7 +171,7 @@ impl JobSubmitAllot {
         if desc.partition_defined(small) == Some(false) {
             if !self.small_partition_missing_said.swap(true, Ordering::Relaxed) {
                 log::error!(
-                    "allot.conf's SmallJobPartition={small} names no partition in slurm.conf: no nodes are kept for small jobs, so debug jobs wait for running jobs' minimum runtimes. Add the partition (README: nodes kept for small jobs; one node per 100 or part of it) or set SmallJobPartition= to say none"
+                    "allot.conf's SmallJobPartition={small} names no partition in slurm.conf: no nodes are kept for small jobs, so debug jobs wait for running jobs' minimum runtimes. Add the partition (allot's book, 'Debug jobs under overload': one node per 100 or part of it) or set SmallJobPartition= to say none"
                 );
             }
             return None;

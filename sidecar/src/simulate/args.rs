@@ -31,11 +31,11 @@ pub(super) enum GenerateCommand {
     /// Bursty, seasonal demand per team at a multiple of capacity: debug jobs,
     /// single- and multi-node training, free sweeps, squatting sessions.
     Scenario(ScenarioArgs),
-    /// Debug jobs under overload (sim/README.md): whole-node training at a
+    /// Debug jobs under overload (docs/src/simulator/debug-overload.md): whole-node training at a
     /// multiple of capacity from every team, small short debug jobs, free fillers.
     Debug(DebugArgs),
     /// Fill in a trace's missing columns (user, min_runtime_s, resumable,
-    /// priority, kind) by the seeded rule of sim/README.md; optionally replicate it.
+    /// priority, kind) by the seeded rule of docs/src/simulator/input.md; optionally replicate it.
     Trace(TraceArgs),
 }
 
@@ -77,7 +77,7 @@ pub(super) struct ScenarioArgs {
 
 #[derive(Args)]
 pub(super) struct DebugArgs {
-    /// base, load3, unequal, bursty, pinned or undeclared (see sim/README.md).
+    /// base, load3, unequal, bursty, pinned or undeclared (see docs/src/simulator/debug-overload.md).
     #[arg(long, default_value = "base")]
     pub(super) variant: String,
     /// Cluster, NODESxGPUS.

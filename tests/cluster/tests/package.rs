@@ -123,6 +123,10 @@ fn p1_the_package_installs_on_its_debian_and_the_demo_runs_from_it() {
         "/etc/allot/slurm-allot.conf",
         "/usr/share/doc/allot/examples/slurm-allot.conf",
         "/usr/share/doc/allot/copyright",
+        // The README's links into the book resolve in the installed tree too.
+        "/usr/share/doc/allot/docs/src/admin/install.md",
+        "/usr/share/doc/allot/docs/src/researcher/contract.md",
+        "/usr/share/doc/allot/docs/src/figures/report-shares.png",
     ] {
         assert!(installed(release, path).exists(), "the package did not install {path}");
     }
