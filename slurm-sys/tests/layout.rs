@@ -31,31 +31,58 @@ fn c(ty: &str, item: &str) -> usize {
         .unwrap_or_else(|| panic!("{ty}.{item} missing from the C probe"))
 }
 
-/// Every field the plugins read (plugin/safe) is in the probe: generated
-/// from the bindings, so no hand-kept list can leave one out.
+/// Every struct the plugins name (`sys::X_t` in plugin/*/src), with every
+/// named field the bindings give it, is in the probe: the list comes from the
+/// plugins' own sources, so a struct a plugin starts to read is checked
+/// without anyone adding it here.
 #[test]
-fn the_probe_covers_the_fields_the_plugins_read() {
-    #[rustfmt::skip]
-    let read: &[(&str, &[&str])] = &[
-        ("job_record_t", &["account", "comment", "details", "direct_set_prio", "end_time", "gres_list_alloc", "gres_list_req",
-            "job_id", "job_state", "node_bitmap", "part_ptr", "partition", "pre_sus_time", "preempt_time", "priority",
-            "restart_cnt", "start_time", "suspend_time", "user_id"]),
-        ("job_details_t", &["cpus_per_task", "max_nodes", "min_cpus", "min_nodes", "num_tasks", "requeue", "submit_time"]),
-        ("job_desc_msg_t", &["account", "comment", "max_nodes", "min_nodes", "num_tasks", "partition", "requeue",
-            "tres_per_job", "tres_per_node", "tres_per_socket", "tres_per_task", "user_id", "warn_flags", "warn_signal", "warn_time"]),
-        ("node_record_t", &["gres", "node_state"]),
-        ("gres_state_t", &["gres_data", "gres_name"]),
-        ("gres_job_state_t", &["gres_per_job", "gres_per_node", "gres_per_socket", "gres_per_task", "total_gres"]),
-        ("part_record_t", &["name"]),
-        ("slurmctld_lock_t", &["conf", "job", "node", "part", "fed"]),
-        ("slurm_conf_t", &["cluster_name", "job_comp_type", "plugindir", "slurm_conf", "slurm_user_id", "state_save_location"]),
-    ];
-    for (ty, fields) in read {
-        c(ty, "sizeof");
-        for f in *fields {
-            c(ty, f);
+fn the_probe_covers_every_field_of_every_struct_the_plugins_name() {
+    let bindings = include_str!(concat!(env!("OUT_DIR"), "/bindings.rs"));
+    let plugins = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../plugin");
+    let mut named = std::collections::BTreeSet::new();
+    for krate in std::fs::read_dir(&plugins).unwrap() {
+        let src = krate.unwrap().path().join("src");
+        for file in std::fs::read_dir(&src).into_iter().flatten() {
+            let text = std::fs::read_to_string(file.unwrap().path()).unwrap();
+            for piece in text.split("sys::").skip(1) {
+                let name: String = piece.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+                if name.ends_with("_t") {
+                    named.insert(name);
+                } else if let Some(rest) = bindings.split(&format!("pub static mut {name}: ")[..]).nth(1) {
+                    // A global the plugins read (`sys::slurm_conf`): its type.
+                    named.insert(rest.split(';').next().unwrap().trim().to_owned());
+                }
+            }
         }
     }
+    // The struct behind a name: itself, or what `pub type NAME = OTHER;` names.
+    let body_of = |name: &str| -> Option<&str> {
+        let target = bindings
+            .split(&format!("pub type {name} = ")[..])
+            .nth(1)
+            .map(|rest| rest.split(';').next().unwrap().trim())
+            .unwrap_or(name);
+        let start = bindings.find(&format!("pub struct {target} {{")).or_else(|| bindings.find(&format!("pub union {target} {{")))?;
+        Some(bindings[start..].split("\n}").next().unwrap())
+    };
+    let checks = layout_checks();
+    let mut structs = 0;
+    for name in &named {
+        let Some(body) = body_of(name) else { continue }; // an integer or enum type: nothing to lay out
+        structs += 1;
+        let fields: Vec<&str> = body
+            .lines()
+            .skip(1) // `pub struct NAME {`
+            .filter_map(|l| l.trim().strip_prefix("pub ")?.split(':').next())
+            .filter(|f| !f.starts_with("_bitfield") && !f.starts_with("__bindgen"))
+            .collect();
+        assert!(!fields.is_empty(), "{name}: no fields in the bindings");
+        c(name, "sizeof");
+        let probed: std::collections::BTreeSet<&str> = checks.iter().filter(|(t, ..)| t == name).map(|(_, i, ..)| *i).collect();
+        let missing: Vec<&&str> = fields.iter().filter(|f| !probed.contains(**f)).collect();
+        assert!(missing.is_empty(), "{name}: fields the plugins may read that the probe leaves out: {missing:?}");
+    }
+    assert!(named.contains("job_record_t") && named.contains("slurm_conf_t") && structs >= 10, "only {structs} structs found in plugin/*/src ({named:?})");
 }
 
 /// Reference values from a fully configured 22.05.8 build (Debian's
