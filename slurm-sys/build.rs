@@ -49,7 +49,7 @@ const OLDEST: (u32, u32) = (22, 5);
 
 /// Each step of the plugin ABI (and of the headers) between the releases
 /// allot knows, oldest first: a tree of that release or later gets the cfg.
-/// What each step changed is said where its cfg is used (plugin/safe,
+/// What each step changed is said where its cfg is used (plugin/slurm,
 /// wrapper.h). A Slurm newer than the last step is refused: its interfaces
 /// have not been read. Adding a release: read its src/interfaces/*.c and
 /// slurmctld.h against the last one, add a step here if anything allot uses

@@ -444,7 +444,7 @@ fn ledger_checks(ledger: &Path, running: &SlurmConfig) -> Vec<Finding> {
 
 /// The copy of the budget and usage that priority/allot keeps in
 /// StateSaveLocation, which a slurmctld that starts without a readable ledger
-/// decides from (plugin/safe/src/last_good.rs writes it).
+/// decides from (plugin/slurm/src/last_good.rs writes it).
 fn last_good_check(running: &SlurmConfig) -> Option<Finding> {
     let dir = running.get("StateSaveLocation")?;
     let path = Path::new(dir.trim()).join("allot-last-good.json");

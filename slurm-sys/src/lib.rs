@@ -14,14 +14,14 @@
 //! slurmctld's own (`job_list`, `lock_slurmctld`, `job_requeue`...) only in
 //! slurmctld, and client commands load some plugins too (sshare loads the
 //! priority plugin). So plugins must not reference the latter directly: the
-//! safe layer (plugin/safe, `ctld`) finds them with `dlsym` at run time.
+//! safe layer (plugin/slurm, `ctld`) finds them with `dlsym` at run time.
 //!
 //! C macros have no binding; call what they expand to: `info()`/`debug()` are
 //! `if get_log_level() >= LEVEL { log_var(LEVEL, ...) }`, `xfree(p)` is
 //! `slurm_xfree(&mut p)`, `xmalloc(n)` is
 //! `slurm_xcalloc(1, n, true, false, file, line, func)`.
 //!
-//! Safe wrappers belong in `allot-slurm` (plugin/safe), not here.
+//! Safe wrappers belong in `allot-slurm` (plugin/slurm), not here.
 #![allow(non_upper_case_globals, non_camel_case_types, non_snake_case)]
 #![allow(dead_code, clippy::all)]
 
