@@ -118,7 +118,117 @@ impl Default for ClusterSettings {
     }
 }
 
+/// A policy setting's value, by its kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SettingValue {
+    /// A duration, written `"8h"`, `"1h30m"`.
+    Duration(Seconds),
+    /// A number such as 0.1.
+    Fraction(f64),
+    /// true or false.
+    Flag(bool),
+    /// A whole number, 0 or more.
+    Count(u32),
+}
+
+impl SettingValue {
+    /// As `allot history` and the simulator's messages print it.
+    pub fn show(self) -> String {
+        match self {
+            SettingValue::Duration(s) => format_duration(s),
+            SettingValue::Fraction(x) => x.to_string(),
+            SettingValue::Flag(b) => b.to_string(),
+            SettingValue::Count(n) => n.to_string(),
+        }
+    }
+}
+
+/// One scheduling-policy setting of the `[cluster]` table, the one place
+/// that names it: its key in the budget file (and, with `-` for `_`, its
+/// `allot simulate` flag and the simulator's JSON field, `_s` after a
+/// duration's), what it does, and where it lives in [`ClusterSettings`].
+/// The budget parser, `allot history`'s diff, `allot simulate`'s flags and
+/// JSON, and the book's check (`sidecar/tests/book.rs`) all go through
+/// [`POLICY_SETTINGS`].
+pub struct PolicySetting {
+    pub key: &'static str,
+    /// One line: what it does (the flag's help).
+    pub doc: &'static str,
+    pub get: fn(&ClusterSettings) -> SettingValue,
+    /// Sets the value; a value of another kind is a caller's bug (debug assertion).
+    pub set: fn(&mut ClusterSettings, SettingValue),
+    /// Why a value of the right type is refused, for kinds whose reader has
+    /// no message of its own (fractions, counts).
+    pub must: &'static str,
+}
+
+impl PolicySetting {
+    /// Its `allot simulate` flag.
+    pub fn flag(&self) -> String {
+        format!("--{}", self.key.replace('_', "-"))
+    }
+
+    /// Its field in the simulator's JSON `settings`: durations in seconds.
+    pub fn json_key(&self) -> String {
+        match (self.get)(&ClusterSettings::default()) {
+            SettingValue::Duration(_) => format!("{}_s", self.key),
+            _ => self.key.to_owned(),
+        }
+    }
+
+    /// Its value in `settings`.
+    pub fn value(&self, settings: &ClusterSettings) -> SettingValue {
+        (self.get)(settings)
+    }
+}
+
+macro_rules! policy_setting {
+    ($field:ident, $kind:ident, $doc:expr) => {
+        policy_setting!($field, $kind, $doc, "")
+    };
+    ($field:ident, $kind:ident, $doc:expr, $must:expr) => {
+        PolicySetting {
+            key: stringify!($field),
+            doc: $doc,
+            get: |s| SettingValue::$kind(s.$field),
+            set: |s, v| match v {
+                SettingValue::$kind(x) => s.$field = x,
+                other => debug_assert!(false, "{}: {other:?} is not a {}", stringify!($field), stringify!($kind)),
+            },
+            must: $must,
+        }
+    };
+}
+
+/// The scheduling-policy settings, in the order the budget file's
+/// `[cluster]` documentation lists them (`charge`, `gpus` and
+/// `fair_share_usage` describe the cluster, not the policy: the parser reads
+/// them apart).
+pub const POLICY_SETTINGS: [PolicySetting; 10] = [
+    policy_setting!(lookback, Duration, "Fair-share window: how far back usage counts"),
+    policy_setting!(min_runtime_cap, Duration, "Largest minimum runtime a job may declare; larger declarations run with the cap"),
+    policy_setting!(default_min_runtime, Duration, "Minimum runtime of a job that declares none (at most the cap)"),
+    policy_setting!(grace, Duration, "Time from the preemption signal to the kill"),
+    policy_setting!(unallocated_grace, Duration, "Grace time of an unallocated (min_runtime=0) victim, at most the grace time"),
+    policy_setting!(preempt_margin, Fraction, "Anti-thrash margin of preemption, in fractions of an allocation", "must be a number of at least 0, such as 0.1"),
+    policy_setting!(preempt_within_team, Flag, "Preemption within a team by declared priority, past the victim's minimum runtime"),
+    policy_setting!(preempt_smallest_first, Flag, "Offer victims smallest first: unallocated, then fewest GPUs (false: by leaf rank)"),
+    policy_setting!(
+        small_job_gpus,
+        Count,
+        "Jobs of at most this many GPUs (and at most small_job_min_runtime) preempt other teams with no margin; 0: none",
+        "must be a whole number of GPUs, 0 or more (0: no job counts as small)"
+    ),
+    policy_setting!(small_job_min_runtime, Duration, "The longest minimum runtime of a small job (see small_job_gpus)"),
+];
+
 impl ClusterSettings {
+    /// A default minimum runtime that the budget does not give follows a
+    /// lower cap (the budget parser's rule, and the simulator's flags').
+    pub fn default_min_runtime_for_cap(min_runtime_cap: Seconds) -> Seconds {
+        ClusterSettings::default().default_min_runtime.min(min_runtime_cap)
+    }
+
     /// The rules the values must keep, each on its own and together: what
     /// the budget parser refuses in a `[cluster]` table, for callers that
     /// set values some other way (the simulator's command-line overrides).

@@ -340,3 +340,21 @@ fn the_book_builds_without_a_warning_and_shows_the_shipped_files() {
         assert!(out_dir.path().join(page).is_file(), "{page}");
     }
 }
+
+/// Every policy setting (`allot::settings::POLICY_SETTINGS`, where each is
+/// named once) is in the shipped budget's `[cluster]` table, which the
+/// book's configuration reference shows, and is a flag of `allot simulate`.
+#[test]
+fn every_policy_setting_is_in_the_shipped_budget_the_book_shows_and_a_simulator_flag() {
+    let budgets = read(&repo().join("conf/budgets.toml"));
+    let cluster: Vec<&str> = budgets.lines().skip_while(|l| l.trim() != "[cluster]").skip(1).take_while(|l| !l.starts_with('[')).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_allot")).args(["simulate", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    for s in &allot::settings::POLICY_SETTINGS {
+        let documented = cluster.iter().any(|l| l.trim_start_matches(['#', ' ']).split(['=', ' ']).next() == Some(s.key));
+        assert!(documented, "conf/budgets.toml's [cluster] does not show {}", s.key);
+        assert!(help.contains(&format!("{} <", s.flag())), "allot simulate has no {}", s.flag());
+    }
+    let conf = read(&book_src().join("admin/configuration.md"));
+    assert!(conf.contains("{{#include ../../../conf/budgets.toml:13:26}}") && cluster.len() >= 14, "the book shows the [cluster] table by these lines");
+}

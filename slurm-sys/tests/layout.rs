@@ -57,11 +57,7 @@ fn the_probe_covers_every_field_of_every_struct_the_plugins_name() {
     }
     // The struct behind a name: itself, or what `pub type NAME = OTHER;` names.
     let body_of = |name: &str| -> Option<&str> {
-        let target = bindings
-            .split(&format!("pub type {name} = ")[..])
-            .nth(1)
-            .map(|rest| rest.split(';').next().unwrap().trim())
-            .unwrap_or(name);
+        let target = bindings.split(&format!("pub type {name} = ")[..]).nth(1).map(|rest| rest.split(';').next().unwrap().trim()).unwrap_or(name);
         let start = bindings.find(&format!("pub struct {target} {{")).or_else(|| bindings.find(&format!("pub union {target} {{")))?;
         Some(bindings[start..].split("\n}").next().unwrap())
     };

@@ -116,16 +116,9 @@ impl BudgetTree {
         let gpus = |g: Option<u32>| g.map(|g| g.to_string()).unwrap_or_else(|| "(from Slurm)".into());
         setting("charge", o.charge.as_str().to_owned(), n.charge.as_str().to_owned());
         setting("gpus", gpus(o.gpus), gpus(n.gpus));
-        setting("lookback", format_duration(o.lookback), format_duration(n.lookback));
-        setting("min_runtime_cap", format_duration(o.min_runtime_cap), format_duration(n.min_runtime_cap));
-        setting("default_min_runtime", format_duration(o.default_min_runtime), format_duration(n.default_min_runtime));
-        setting("grace", format_duration(o.grace), format_duration(n.grace));
-        setting("preempt_margin", o.preempt_margin.to_string(), n.preempt_margin.to_string());
-        setting("preempt_within_team", o.preempt_within_team.to_string(), n.preempt_within_team.to_string());
-        setting("preempt_smallest_first", o.preempt_smallest_first.to_string(), n.preempt_smallest_first.to_string());
-        setting("unallocated_grace", format_duration(o.unallocated_grace), format_duration(n.unallocated_grace));
-        setting("small_job_gpus", o.small_job_gpus.to_string(), n.small_job_gpus.to_string());
-        setting("small_job_min_runtime", format_duration(o.small_job_min_runtime), format_duration(n.small_job_min_runtime));
+        for p in &POLICY_SETTINGS {
+            setting(p.key, p.value(o).show(), p.value(n).show());
+        }
         setting("fair_share_usage", o.fair_share_usage.as_str().to_owned(), n.fair_share_usage.as_str().to_owned());
 
         let leaf_path = |t: &BudgetTree, l: Option<&LeafId>| l.map(|&l| t.leaf_node(l).path.clone());

@@ -64,7 +64,7 @@ use std::ops::Range;
 
 use toml_edit::{ImDocument, Item, Table, Value};
 
-use crate::duration::{format_duration, parse_duration};
+use crate::duration::parse_duration;
 use crate::Seconds;
 
 /// Index of a node in [`BudgetTree::nodes`]; the root is node 0.
@@ -72,7 +72,7 @@ pub type NodeId = u32;
 /// Index of a leaf in [`BudgetTree::leaves`]: dense, for per-leaf arrays.
 pub type LeafId = u32;
 
-pub use crate::settings::{Charged, ClusterSettings, FairShareUsage, SettingsError};
+pub use crate::settings::{Charged, ClusterSettings, FairShareUsage, SettingValue, SettingsError, POLICY_SETTINGS};
 pub use change::{BudgetChange, PermissionRefusal};
 pub use parse::{account_name_problem, MAX_NAME_CHARS};
 

@@ -5,21 +5,14 @@
 use super::*;
 
 const NODE_FIELDS: [&str; 7] = ["share", "owners", "accounts", "members", "description", "clusters", "cluster_shares"];
-const CLUSTER_FIELDS: [&str; 13] = [
-    "charge",
-    "gpus",
-    "lookback",
-    "min_runtime_cap",
-    "default_min_runtime",
-    "grace",
-    "unallocated_grace",
-    "preempt_margin",
-    "preempt_within_team",
-    "preempt_smallest_first",
-    "small_job_gpus",
-    "small_job_min_runtime",
-    "fair_share_usage",
-];
+/// The `[cluster]` keys: the cluster's own, then the policy's
+/// ([`crate::settings::POLICY_SETTINGS`]), in the order errors list them.
+fn cluster_fields() -> Vec<&'static str> {
+    let mut keys = vec!["charge", "gpus"];
+    keys.extend(POLICY_SETTINGS.iter().map(|s| s.key));
+    keys.push("fair_share_usage");
+    keys
+}
 const TOP_LEVEL: [&str; 3] = ["cluster", "default_leaf", "budget"];
 
 /// Maps byte offsets to 1-based line numbers.
@@ -211,13 +204,14 @@ impl Parser<'_> {
 
     fn settings(&mut self, table: &Table) -> ClusterSettings {
         let defaults = ClusterSettings::default();
+        let cluster_fields = cluster_fields();
         for (key, _) in table.iter() {
-            if !CLUSTER_FIELDS.contains(&key) {
+            if !cluster_fields.contains(&key) {
                 let span = Self::key_span(table, key);
                 self.error(
                     span,
                     format!("cluster.{key}"),
-                    format!("unknown setting{}; [cluster] takes {}", suggestion(key, &CLUSTER_FIELDS), CLUSTER_FIELDS.join(", ")),
+                    format!("unknown setting{}; [cluster] takes {}", suggestion(key, &cluster_fields), cluster_fields.join(", ")),
                 );
             }
         }
@@ -242,36 +236,41 @@ impl Parser<'_> {
                 None
             }
         };
-        let lookback = self.duration(table, "lookback", defaults.lookback);
-        let min_runtime_cap = self.duration(table, "min_runtime_cap", defaults.min_runtime_cap);
-        // A default that is not given follows a lower cap.
-        let default_min_runtime = self.duration(table, "default_min_runtime", defaults.default_min_runtime.min(min_runtime_cap));
-        let grace = self.duration(table, "grace", defaults.grace);
-        let unallocated_grace = self.duration(table, "unallocated_grace", defaults.unallocated_grace);
-        let number = |v: &Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
-        let preempt_margin = match table.get("preempt_margin").map(|i| i.as_value().and_then(number)) {
-            None => defaults.preempt_margin,
-            Some(Some(m)) => m,
-            Some(None) => {
-                self.error(Self::key_span(table, "preempt_margin"), "cluster.preempt_margin", SettingsError::Margin.to_string());
-                defaults.preempt_margin
+        // The policy's settings, each by its kind; a value that cannot be
+        // read is an error, with the default in its place.
+        let mut policy = defaults.clone();
+        for setting in &POLICY_SETTINGS {
+            let default = setting.value(&policy);
+            let value = match default {
+                SettingValue::Duration(d) => SettingValue::Duration(self.duration(table, setting.key, d)),
+                SettingValue::Flag(b) => SettingValue::Flag(self.flag(table, setting.key, b)),
+                SettingValue::Fraction(x) => {
+                    let number = |v: &Value| v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+                    match table.get(setting.key).map(|i| i.as_value().and_then(number)) {
+                        None => default,
+                        Some(Some(m)) => SettingValue::Fraction(m),
+                        Some(None) => {
+                            self.error(Self::key_span(table, setting.key), format!("cluster.{}", setting.key), setting.must);
+                            SettingValue::Fraction(x)
+                        }
+                    }
+                }
+                SettingValue::Count(_) => match table.get(setting.key).map(|i| i.as_integer()) {
+                    None => default,
+                    Some(Some(n)) if (0..=u32::MAX as i64).contains(&n) => SettingValue::Count(n as u32),
+                    Some(_) => {
+                        self.error(Self::key_span(table, setting.key), format!("cluster.{}", setting.key), setting.must);
+                        default
+                    }
+                },
+            };
+            (setting.set)(&mut policy, value);
+            if setting.key == "min_runtime_cap" {
+                // A default minimum runtime not given (or unreadable) follows a
+                // lower cap; the cap comes before it in the table.
+                policy.default_min_runtime = ClusterSettings::default_min_runtime_for_cap(policy.min_runtime_cap);
             }
-        };
-        let preempt_within_team = self.flag(table, "preempt_within_team", defaults.preempt_within_team);
-        let preempt_smallest_first = self.flag(table, "preempt_smallest_first", defaults.preempt_smallest_first);
-        let small_job_gpus = match table.get("small_job_gpus").map(|i| i.as_integer()) {
-            None => defaults.small_job_gpus,
-            Some(Some(n)) if (0..=u32::MAX as i64).contains(&n) => n as u32,
-            Some(_) => {
-                self.error(
-                    Self::key_span(table, "small_job_gpus"),
-                    "cluster.small_job_gpus",
-                    "must be a whole number of GPUs, 0 or more (0: no job counts as small)",
-                );
-                defaults.small_job_gpus
-            }
-        };
-        let small_job_min_runtime = self.duration(table, "small_job_min_runtime", defaults.small_job_min_runtime);
+        }
         let fair_share_usage = match table.get("fair_share_usage").map(|i| i.as_str()) {
             None => defaults.fair_share_usage,
             Some(Some("cluster")) => FairShareUsage::Cluster,
@@ -285,21 +284,7 @@ impl Parser<'_> {
                 defaults.fair_share_usage
             }
         };
-        let settings = ClusterSettings {
-            charge,
-            gpus,
-            lookback,
-            min_runtime_cap,
-            default_min_runtime,
-            grace,
-            preempt_margin,
-            preempt_within_team,
-            preempt_smallest_first,
-            unallocated_grace,
-            small_job_gpus,
-            small_job_min_runtime,
-            fair_share_usage,
-        };
+        let settings = ClusterSettings { charge, gpus, fair_share_usage, ..policy };
         // The rules on the values themselves (a value that could not be read
         // has its error already, and the default in its place).
         if let Err(broken) = settings.validate() {

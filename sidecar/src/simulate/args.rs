@@ -51,6 +51,63 @@ fn cluster(s: &str) -> Result<ClusterSpec, String> {
     s.parse()
 }
 
+/// The flags of the policy settings (`allot::settings::POLICY_SETTINGS`,
+/// where each is named once): `--KEY` with `-` for `_`, parsed by the kind
+/// of its value; what the command line gives, in the table's order.
+#[derive(Clone, Default)]
+pub(super) struct PolicyFlags(Vec<(&'static PolicySetting, SettingValue)>);
+
+impl PolicyFlags {
+    /// The settings given, with their values.
+    pub(super) fn given(&self) -> impl Iterator<Item = (&'static PolicySetting, SettingValue)> + '_ {
+        self.0.iter().copied()
+    }
+
+    /// The value given for `key`, if any.
+    pub(super) fn get(&self, key: &str) -> Option<SettingValue> {
+        self.0.iter().find(|(s, _)| s.key == key).map(|&(_, v)| v)
+    }
+}
+
+impl clap::FromArgMatches for PolicyFlags {
+    fn from_arg_matches(m: &clap::ArgMatches) -> Result<Self, clap::Error> {
+        Ok(PolicyFlags(POLICY_SETTINGS.iter().filter_map(|s| m.get_one::<SettingValue>(s.key).map(|&v| (s, v))).collect()))
+    }
+
+    fn update_from_arg_matches(&mut self, m: &clap::ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+/// Reads one flag's value as its setting's kind.
+type ValueReader = fn(&str) -> Result<SettingValue, String>;
+
+impl Args for PolicyFlags {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        POLICY_SETTINGS.iter().fold(cmd, |cmd, s| {
+            let default = s.value(&ClusterSettings::default());
+            let (value_name, parser): (&str, ValueReader) = match default {
+                SettingValue::Duration(_) => ("DURATION", |v| duration(v).map(SettingValue::Duration)),
+                SettingValue::Fraction(_) => ("NUMBER", |v| v.parse().map(SettingValue::Fraction).map_err(|e| format!("{e}"))),
+                SettingValue::Flag(_) => ("true|false", |v| v.parse().map(SettingValue::Flag).map_err(|e| format!("{e}"))),
+                SettingValue::Count(_) => ("N", |v| v.parse().map(SettingValue::Count).map_err(|e| format!("{e}"))),
+            };
+            cmd.arg(
+                clap::Arg::new(s.key)
+                    .long(s.flag().trim_start_matches("--").to_owned())
+                    .value_name(value_name)
+                    .value_parser(clap::builder::ValueParser::new(parser))
+                    .help(format!("{} (the budget's [cluster] {}; default {})", s.doc, s.key, default.show())),
+            )
+        })
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
 #[derive(Args)]
 pub(super) struct ScenarioArgs {
     /// Cluster the load is sized for, NODESxGPUS.
@@ -147,36 +204,9 @@ pub(super) struct RunArgs {
     /// Policies to run side by side, comma-separated: allot, baseline.
     #[arg(long, default_value = "allot,baseline", value_delimiter = ',')]
     pub(super) policy: Vec<String>,
-    /// Fair-share window (overrides the budget's [cluster] lookback; budget default 7d).
-    #[arg(long, value_parser = duration)]
-    pub(super) lookback: Option<i64>,
-    /// Largest minimum runtime a job may declare (budget default 8h); larger declarations run with the cap.
-    #[arg(long, value_parser = duration)]
-    pub(super) min_runtime_cap: Option<i64>,
-    /// Minimum runtime of a job whose row gives none (budget default 1h, or the cap if lower).
-    #[arg(long, value_parser = duration)]
-    pub(super) default_min_runtime: Option<i64>,
-    /// Time from the preemption signal to the kill (budget default 5m).
-    #[arg(long, value_parser = duration)]
-    pub(super) grace: Option<i64>,
-    /// Grace time of an unallocated (min_runtime=0) victim, at most --grace (budget default 0).
-    #[arg(long, value_parser = duration)]
-    pub(super) unallocated_grace: Option<i64>,
-    /// Anti-thrash margin of allot's preemption (budget default 0.1).
-    #[arg(long)]
-    pub(super) preempt_margin: Option<f64>,
-    /// Preemption within a team by declared priority past the victim's minimum runtime (budget default true).
-    #[arg(long)]
-    pub(super) preempt_within_team: Option<bool>,
-    /// Offer victims smallest first: unallocated, then fewest GPUs (budget default true; false: by leaf rank).
-    #[arg(long)]
-    pub(super) preempt_smallest_first: Option<bool>,
-    /// Jobs of at most this many GPUs (and at most --small-job-min-runtime) preempt other teams with no margin (budget default 8; 0: none).
-    #[arg(long)]
-    pub(super) small_job_gpus: Option<u32>,
-    /// See --small-job-gpus (budget default 30m).
-    #[arg(long, value_parser = duration)]
-    pub(super) small_job_min_runtime: Option<i64>,
+    /// One flag per policy setting (`--lookback 1d`, `--preempt-margin 0.2`, ...), over the budget's [cluster] values.
+    #[command(flatten)]
+    pub(super) policy_settings: PolicyFlags,
     /// Resumable jobs checkpoint this often and lose the work since the last checkpoint when killed; 0: they checkpoint in their grace time and lose nothing.
     #[arg(long, value_parser = duration, default_value = "30m")]
     pub(super) checkpoint_interval: i64,

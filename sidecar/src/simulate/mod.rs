@@ -10,8 +10,9 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot::budget::{BudgetTree, ClusterSettings, SettingsError};
+use allot::budget::{BudgetTree, ClusterSettings, SettingValue, SettingsError, POLICY_SETTINGS};
 use allot::duration::{format_duration, parse_duration};
+use allot::settings::PolicySetting;
 use allot_sim::cluster::MAX_GPUS_PER_NODE;
 use allot_sim::generate::{debug_scenario, derive, scenario, DebugParams, DeriveParams, ScenarioParams, DEBUG_VARIANTS};
 use allot_sim::{metrics, plot, prepare, simulate_prepared, ClusterSpec, Config, Placement, PolicyKind, Workload};
@@ -212,8 +213,12 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     apply_settings(&mut tree.settings, &a, budget_gives_default)?;
     if tree.settings.unallocated_grace > tree.settings.grace {
         let (ug, g) = (format_duration(tree.settings.unallocated_grace), format_duration(tree.settings.grace));
-        let ug_from = if a.unallocated_grace.is_some() { format!("--unallocated-grace {ug}") } else { format!("the budget's unallocated_grace {ug}") };
-        let g_from = if a.grace.is_some() { format!("--grace {g}") } else { format!("the grace time {g}") };
+        let ug_from = if a.policy_settings.get("unallocated_grace").is_some() {
+            format!("--unallocated-grace {ug}")
+        } else {
+            format!("the budget's unallocated_grace {ug}")
+        };
+        let g_from = if a.policy_settings.get("grace").is_some() { format!("--grace {g}") } else { format!("the grace time {g}") };
         eprintln!("warning: {ug_from} is longer than {g_from}: unallocated victims get {g}, never more than allocated ones");
     }
     // Fail on a missing font before spending time on the simulation.
@@ -313,7 +318,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         print!("{}", allot_cli::cluster_report::side_by_side(&lw.actual, &reports));
     }
     if let Some(j) = &a.json {
-        let doc = serde_json::json!({
+        let mut doc = serde_json::json!({
             "workload": {
                 "file": path.display().to_string(),
                 "jobs": workload.jobs.len(),
@@ -322,16 +327,6 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             },
             "settings": {
                 "cluster": cluster.to_string(),
-                "lookback_s": tree.settings.lookback,
-                "min_runtime_cap_s": tree.settings.min_runtime_cap,
-                "default_min_runtime_s": tree.settings.default_min_runtime,
-                "grace_s": tree.settings.grace,
-                "unallocated_grace_s": tree.settings.unallocated_grace,
-                "preempt_margin": tree.settings.preempt_margin,
-                "preempt_within_team": tree.settings.preempt_within_team,
-                "preempt_smallest_first": tree.settings.preempt_smallest_first,
-                "small_job_gpus": tree.settings.small_job_gpus,
-                "small_job_min_runtime_s": tree.settings.small_job_min_runtime,
                 "checkpoint_interval_s": a.checkpoint_interval,
                 "requeue_delay_s": a.requeue_delay,
                 "baseline_limit_factor": a.baseline_limit_factor,
@@ -349,6 +344,16 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             "reports": reports,
             "actual": from_ledger.as_ref().map(|(_, lw)| &lw.actual),
         });
+        // The policy settings in force, each under its JSON name.
+        for p in &POLICY_SETTINGS {
+            let value = match p.value(&tree.settings) {
+                SettingValue::Duration(x) => serde_json::json!(x),
+                SettingValue::Fraction(x) => serde_json::json!(x),
+                SettingValue::Flag(x) => serde_json::json!(x),
+                SettingValue::Count(x) => serde_json::json!(x),
+            };
+            doc["settings"][p.json_key()] = value;
+        }
         let text = serde_json::to_string_pretty(&doc)? + "\n";
         fs::write(j, text).with_context(|| format!("cannot write {}", j.display()))?;
     }
@@ -443,46 +448,16 @@ fn check_run_options(a: &RunArgs, cluster: ClusterSpec) -> anyhow::Result<()> {
 fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bool) -> anyhow::Result<()> {
     // (field, the flag as given) for every override.
     let mut given: Vec<(&str, String)> = Vec::new();
-    let duration = |flag: &str, v: i64| format!("{flag} {}", format_duration(v));
-    if let Some(v) = a.lookback {
-        s.lookback = v;
-        given.push(("lookback", duration("--lookback", v)));
+    for (setting, v) in a.policy_settings.given() {
+        (setting.set)(s, v);
+        given.push((setting.key, format!("{} {}", setting.flag(), v.show())));
     }
-    if let Some(v) = a.min_runtime_cap {
-        s.min_runtime_cap = v;
-        given.push(("min_runtime_cap", duration("--min-runtime-cap", v)));
-        if !budget_gives_default {
-            s.default_min_runtime = ClusterSettings::default().default_min_runtime.min(v);
-        }
-    }
-    if let Some(v) = a.default_min_runtime {
-        s.default_min_runtime = v;
-        given.push(("default_min_runtime", duration("--default-min-runtime", v)));
-    }
-    if let Some(v) = a.grace {
-        s.grace = v;
-        given.push(("grace", duration("--grace", v)));
-    }
-    if let Some(v) = a.unallocated_grace {
-        s.unallocated_grace = v;
-        given.push(("unallocated_grace", duration("--unallocated-grace", v)));
-    }
-    if let Some(v) = a.preempt_margin {
-        s.preempt_margin = v;
-        given.push(("preempt_margin", format!("--preempt-margin {v}")));
-    }
-    if let Some(v) = a.preempt_within_team {
-        s.preempt_within_team = v;
-    }
-    if let Some(v) = a.preempt_smallest_first {
-        s.preempt_smallest_first = v;
-    }
-    if let Some(v) = a.small_job_gpus {
-        s.small_job_gpus = v;
-    }
-    if let Some(v) = a.small_job_min_runtime {
-        s.small_job_min_runtime = v;
-        given.push(("small_job_min_runtime", duration("--small-job-min-runtime", v)));
+    // A default minimum runtime that neither the budget nor a flag gives
+    // follows a lower cap, by the budget parser's rule.
+    if let (Some(SettingValue::Duration(cap)), None, false) =
+        (a.policy_settings.get("min_runtime_cap"), a.policy_settings.get("default_min_runtime"), budget_gives_default)
+    {
+        s.default_min_runtime = ClusterSettings::default_min_runtime_for_cap(cap);
     }
     let Err(broken) = s.validate() else { return Ok(()) };
     let messages: Vec<String> = broken
@@ -491,7 +466,11 @@ fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bo
             let flags: Vec<&str> = given.iter().filter(|(field, _)| e.fields().contains(field)).map(|(_, flag)| flag.as_str()).collect();
             let what = match e {
                 SettingsError::DefaultAboveCap { default_min_runtime, min_runtime_cap } => {
-                    let hint = if a.default_min_runtime.is_none() { " (the budget's default_min_runtime: give --default-min-runtime too)" } else { "" };
+                    let hint = if a.policy_settings.get("default_min_runtime").is_none() {
+                        " (the budget's default_min_runtime: give --default-min-runtime too)"
+                    } else {
+                        ""
+                    };
                     format!(
                         "the default minimum runtime {}{hint} exceeds the minimum-runtime cap of {}",
                         format_duration(*default_min_runtime),
