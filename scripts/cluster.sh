@@ -607,12 +607,17 @@ cmd_up() {
     fi
     if [[ ${ALLOT_RUN_LOG:-0} == 1 ]]; then
         # Slurm's own record of every run, for reconciliation: slurmctld runs
-        # EpilogSlurmctld at the end of each run (requeues included) while
-        # the job is still completing, so its record still holds the run's
-        # start and end.
+        # EpilogSlurmctld at the end of each run (requeues included). The
+        # script asks for the job's record, which usually still holds the
+        # run's start and end; but the script runs after the fact, and a
+        # requeued job may be pending again by then. 24.11 and later also
+        # give the run's start and end in the script's environment, taken
+        # when the run ended: appended as EpilogRunStart and EpilogRunEnd
+        # (empty on 22.05, which gives neither).
         cat >"$ETC/epilog-ctld.sh" <<EOS
 #!/bin/sh
-SLURM_CONF=$INNER/etc/slurm.conf SLURM_TIME_FORMAT=%s ${PREFIX:+$PREFIX/bin/}scontrol show job -o "\$SLURM_JOB_ID" >>"$INNER/log/run-ends.log" 2>&1
+record=\$(SLURM_CONF=$INNER/etc/slurm.conf SLURM_TIME_FORMAT=%s ${PREFIX:+$PREFIX/bin/}scontrol show job -o "\$SLURM_JOB_ID" 2>&1)
+echo "\$record EpilogRunStart=\${SLURM_JOB_START_TIME:-} EpilogRunEnd=\${SLURM_JOB_END_TIME:-}" >>"$INNER/log/run-ends.log"
 exit 0
 EOS
         chmod 755 "$ETC/epilog-ctld.sh"

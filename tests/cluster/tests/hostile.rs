@@ -428,6 +428,13 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
         slurm.clear();
         requeued_by_slurm.clear();
         for j in c.run_ends().iter().filter(|j| jobs.contains(&j.id)) {
+            // 24.11 and later: the run's start and end as slurmctld held
+            // them when it ended, whatever the job's state by the time the
+            // epilog asked for its record.
+            if let (Ok(start), Ok(end)) = (j.get("EpilogRunStart").parse::<i64>(), j.get("EpilogRunEnd").parse::<i64>()) {
+                slurm.insert((j.id, start), (end, gpus_of(j)));
+                continue;
+            }
             let (Ok(start), Ok(end)) = (j.get("StartTime").parse::<i64>(), j.get("EndTime").parse::<i64>()) else { continue };
             if j.state() == "PENDING" {
                 // The epilog of a run we requeued sees the job pending
@@ -444,6 +451,11 @@ fn h7_the_ledger_agrees_with_slurms_job_records_within_one_percent() {
             }
         }
         for (&j, &(start, end)) in &requeue_ends {
+            // Where the epilog gave the run's end, it must be the second
+            // of the requeue.
+            if let Some(&(epilog_end, _)) = slurm.get(&(j, start)) {
+                assert_eq!(epilog_end, end, "job {j}: the epilog's end of the run we requeued");
+            }
             slurm.insert((j, start), (end, 4));
         }
         jobs.iter().all(|j| slurm.keys().filter(|(id, _)| id == j).count() + requeued_by_slurm.iter().filter(|(id, ..)| id == j).count() == runs_of[j])
