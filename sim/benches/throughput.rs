@@ -27,7 +27,7 @@
 //! no fair share: the floor of what any event-driven simulation of the
 //! workload costs, so the ratio `allot / bare` says what the policy costs.
 //!
-//! Targets (issue 13): the October month under allot in under 0.25 s; the
+//! Targets: the October month under allot in under 0.25 s; the
 //! 300,000-job run in under 5 s.
 
 // The allocator the `allot` command uses (sidecar/src/main.rs), so the

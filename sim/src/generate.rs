@@ -236,7 +236,7 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
     Scenario { workload, budget_toml: toml }
 }
 
-/// The debug-under-overload class (issue 10): large resumable training
+/// The debug-under-overload class (docs/src/simulator/debug-overload.md): large resumable training
 /// jobs at a multiple of capacity from every team, a steady trickle of
 /// small short debug jobs, and free fillers. See docs/src/simulator/generator.md.
 #[derive(Debug, Clone)]

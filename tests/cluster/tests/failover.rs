@@ -1,4 +1,4 @@
-//! Failover with nothing lost (issue 27): a primary and a backup slurmctld
+//! Failover with nothing lost: a primary and a backup slurmctld
 //! on this host (scripts/cluster.sh ALLOT_BACKUP_CTLD) sharing
 //! StateSaveLocation and a server ledger (a private MariaDB). The primary is
 //! killed (SIGKILL) while jobs are inside their minimum runtime and one is

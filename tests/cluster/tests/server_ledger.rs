@@ -1,4 +1,4 @@
-//! A ledger on a database server (issue 27): a real Slurm with allot's
+//! A ledger on a database server: a real Slurm with allot's
 //! plugins whose ledger is a private MariaDB (`Options::server_ledger`,
 //! LedgerUrl in allot.conf), and that server's faults.
 //!
