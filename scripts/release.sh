@@ -17,7 +17,9 @@
 #                     trees, so CI cannot: see the release table of docs/src/admin/slurm-releases.md
 #
 # Usage, as a command:   scripts/release.sh RELEASE FIELD
+#                        scripts/release.sh RELEASE       (every field, FIELD=value a line)
 #                        scripts/release.sh all|ci|site   (releases, one a line)
+#                        scripts/release.sh default       (the default release)
 # or sourced:            . scripts/release.sh; release_field 24.11 version
 # RELEASE `default` is the default release (ALLOT_DEFAULT_RELEASE).
 # FIELD: version; suite (the Debian suite, empty for a site build); root
@@ -97,7 +99,13 @@ if [[ ${BASH_SOURCE[0]} == "$0" ]]; then
             all) printf '%s\n' "${ALLOT_RELEASES[@]}"; exit 0 ;;
             ci) printf '%s\n' "${ALLOT_CI_RELEASES[@]}"; exit 0 ;;
             site) printf '%s\n' "${ALLOT_SITE_RELEASES[@]}"; exit 0 ;;
+            default) echo "$ALLOT_DEFAULT_RELEASE"; exit 0 ;;
         esac
+        for field in version suite root prefix target src include plugindir deb tested; do
+            value=$(release_field "$1" "$field")
+            echo "$field=$value"
+        done
+        exit 0
     fi
     [[ $# -eq 2 ]] || { sed -n '2,/^$/{s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
     release_field "$1" "$2"

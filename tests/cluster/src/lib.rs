@@ -1,7 +1,8 @@
 //! A real Slurm cluster for one test: munged, slurmctld and four slurmd
 //! (n1..n4, 8 fake GPUs each) with allot's plugins, in a directory of its
-//! own, started by `scripts/cluster.sh` and stopped when the value drops. If
-//! the test failed, the daemons' logs are printed first.
+//! own, brought up by [`LocalCluster`] (which scripts/cluster.sh runs too)
+//! and stopped when the value drops. If the test failed, the daemons' logs
+//! are printed first.
 //!
 //! The Slurm release is `ALLOT_SLURM_RELEASE` (22.05 by default, or 24.11;
 //! [`Release`]). 24.11's daemons and commands run chrooted into the Debian 13
@@ -13,13 +14,17 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use allot_ledger::Ledger;
 
+pub mod local_cluster;
 mod proxy;
+mod release;
+pub use local_cluster::{LocalCluster, Plugins, Role, Settings};
 pub use proxy::SocketProxy;
+pub use release::Release;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
@@ -32,72 +37,6 @@ pub fn repo() -> PathBuf {
 /// for every Slurm release: it does not link Slurm).
 pub fn target_release() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join("target")).join("release")
-}
-
-/// The Slurm release the tests run against, from `ALLOT_SLURM_RELEASE` and
-/// scripts/release.sh (the one table of releases the scripts share).
-#[derive(Debug, Clone)]
-pub struct Release {
-    /// `22.05`, `24.11`.
-    pub name: String,
-    /// `22.05.8`, `24.11.5`.
-    pub version: String,
-    /// The root its Slurm is installed in (None: this host's own).
-    pub root: Option<PathBuf>,
-    /// Its installation prefix on this host, for a site build
-    /// (scripts/build-slurm.sh: `/opt/slurm-25.11.7`); None: Debian's /usr.
-    pub prefix: Option<PathBuf>,
-    /// Where that release's plugins were built (cargo's `release` directory).
-    pub plugins: PathBuf,
-}
-
-impl Release {
-    /// The release under test (read once).
-    pub fn current() -> &'static Release {
-        static CURRENT: OnceLock<Release> = OnceLock::new();
-        CURRENT.get_or_init(|| {
-            let name = std::env::var("ALLOT_SLURM_RELEASE").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "22.05".into());
-            let field = |f: &str| {
-                let out = Command::new(repo().join("scripts/release.sh")).args([&name, f]).output().expect("scripts/release.sh runs");
-                assert!(out.status.success(), "ALLOT_SLURM_RELEASE={name}: {}", text(&out));
-                String::from_utf8_lossy(&out.stdout).trim().to_owned()
-            };
-            let root = Some(field("root")).filter(|r| !r.is_empty()).map(PathBuf::from);
-            let plugins = std::env::var_os("ALLOT_PLUGINS_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| repo().join(field("target"))).join("release");
-            let prefix = Some(field("prefix")).filter(|p| !p.is_empty()).map(PathBuf::from);
-            Release { version: field("version"), root, prefix, plugins, name }
-        })
-    }
-
-    /// `path` (on this host) as the release's daemons and commands see it.
-    pub fn inner(&self, path: &Path) -> PathBuf {
-        match &self.root {
-            Some(root) => Path::new("/").join(path.strip_prefix(root).unwrap_or_else(|_| panic!("{} is outside {}", path.display(), root.display()))),
-            None => path.to_owned(),
-        }
-    }
-
-    /// A command of this release's Slurm installation: chrooted into its
-    /// root (starting in `cwd`, as the daemons see it), or run here.
-    pub fn command(&self, program: &str, cwd: &Path) -> Command {
-        match &self.root {
-            Some(root) => {
-                let mut c = Command::new("chroot");
-                c.arg(root).arg("env").arg(format!("--chdir={}", self.inner(cwd).display())).arg(program);
-                c
-            }
-            None => {
-                let mut c = Command::new(program);
-                c.current_dir(cwd);
-                if let Some(prefix) = &self.prefix {
-                    // A site build's commands come first (Command searches the PATH it is given).
-                    let path = std::env::var("PATH").unwrap_or_default();
-                    c.env("PATH", format!("{}/bin:{}/sbin:{path}", prefix.display(), prefix.display()));
-                }
-                c
-            }
-        }
-    }
 }
 
 /// Test users, created once if missing (the tests run as root, as CI does).
@@ -312,7 +251,9 @@ impl TestCluster {
             None => std::env::temp_dir().join(format!("allot-test-{name}")),
         };
         if dir.join("run").exists() {
-            let _ = Command::new(repo().join("scripts/cluster.sh")).args(["down", dir.to_str().unwrap()]).env("ALLOT_SLURM_RELEASE", &release.name).output();
+            if let Ok(old) = LocalCluster::open(release, &dir, false) {
+                let _ = old.down();
+            }
         }
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -328,23 +269,24 @@ impl TestCluster {
             let sync = cluster.allot(&["sync", budget_file.to_str().unwrap()]);
             assert!(sync.status.success(), "allot sync: {}", text(&sync));
         }
-        let up = Command::new(repo().join("scripts/cluster.sh"))
-            .args(["up", cluster.dir.to_str().unwrap(), "--plugins", "allot"])
-            .env("ALLOT_PORT_BASE", port_base.to_string())
-            .env("ALLOT_RECOMPUTE_PERIOD", options.recompute_period.to_string())
-            .env("ALLOT_GRACE_TIME", options.grace.to_string())
-            .env("ALLOT_RUN_LOG", if options.run_log { "1" } else { "0" })
-            .env("ALLOT_SMALL_JOB_NODES", options.small_job_nodes.to_string())
-            .env("ALLOT_CPU_ONLY", if options.cpu_only { "1" } else { "0" })
-            .env("ALLOT_ACCOUNTING", if options.accounting { "1" } else { "0" })
-            .env("ALLOT_BACKUP_CTLD", if options.backup_ctld { "1" } else { "0" })
-            .env("ALLOT_LEDGER_URL", if cluster.is_on_server() { cluster.ledger_url(true) } else { String::new() })
-            .env("ALLOT_CLUSTER_NAME", cluster_name)
-            .env("ALLOT_SLURM_RELEASE", &release.name)
-            .env("CARGO_TARGET_DIR", release.plugins.parent().expect("a target directory"))
-            .output()
-            .expect("scripts/cluster.sh runs");
-        assert!(up.status.success(), "cluster up failed:\n{}", text(&up));
+        let settings = Settings {
+            plugins: Plugins::Allot,
+            port_base,
+            cluster_name: cluster_name.to_owned(),
+            recompute_period: options.recompute_period,
+            grace: options.grace,
+            run_log: options.run_log,
+            small_job_nodes: options.small_job_nodes as u8,
+            cpu_only: options.cpu_only,
+            accounting: options.accounting,
+            backup_ctld: options.backup_ctld,
+            ledger_url: cluster.is_on_server().then(|| cluster.ledger_url(true)),
+            plugins_target: release.plugins.parent().map(Path::to_owned),
+            ..Settings::default()
+        };
+        if let Err(e) = cluster.local().up(&settings) {
+            panic!("cluster up failed: {e}");
+        }
         cluster
     }
 
@@ -556,30 +498,29 @@ impl TestCluster {
         std::fs::read_to_string(self.dir.join("log/slurmctld.log")).unwrap_or_default()
     }
 
-    fn cluster_sh(&self, args: &[&str]) -> Output {
-        Command::new(repo().join("scripts/cluster.sh"))
-            .args(args)
-            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
-            .output()
-            .expect("scripts/cluster.sh runs")
+    /// This cluster's directory as [`LocalCluster`] sees it.
+    pub fn local(&self) -> LocalCluster {
+        LocalCluster::open(Release::current(), &self.dir, false).unwrap_or_else(|e| panic!("test cluster {}: {e}", self.name))
     }
 
     /// SIGKILLs one controller (`primary` or `backup`): a crash, no cleanup.
     pub fn kill_ctld(&self, which: &str) {
-        let out = self.cluster_sh(&["kill-ctld", self.dir.to_str().unwrap(), which]);
-        assert!(out.status.success(), "kill-ctld {which}: {}", text(&out));
+        let done = Role::parse(which).and_then(|role| self.local().kill_ctld(role));
+        if let Err(e) = done {
+            panic!("kill-ctld {which}: {e}");
+        }
     }
 
-    /// Starts one controller again; the output says why if it failed (a
-    /// 22.05 backup that hung handing control back: see scripts/cluster.sh).
-    pub fn start_ctld(&self, which: &str) -> Output {
-        self.cluster_sh(&["start-ctld", self.dir.to_str().unwrap(), which])
+    /// Starts one controller again; the error says why if it failed (a
+    /// 22.05 backup that hung handing control back: see
+    /// [`LocalCluster::start_ctld_again`]).
+    pub fn start_ctld(&self, which: &str) -> Result<String, String> {
+        Role::parse(which).and_then(|role| self.local().start_ctld_again(role))
     }
 
     /// Which controller is in control (`primary`, `backup`), if one is.
     pub fn in_control(&self) -> Option<String> {
-        let out = self.cluster_sh(&["in-control", self.dir.to_str().unwrap()]);
-        out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        self.local().in_control().map(|r| r.as_str().to_owned())
     }
 
     /// The backup controller's log so far.
@@ -589,31 +530,24 @@ impl TestCluster {
 
     /// Restarts slurmctld alone (jobs keep running; plugins reload).
     pub fn restart_slurmctld(&self) {
-        let out = Command::new(repo().join("scripts/cluster.sh"))
-            .args(["restart-ctld", self.dir.to_str().unwrap()])
-            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "restart-ctld: {}", text(&out));
+        if let Err(e) = self.local().restart_ctld(Duration::from_secs(30)) {
+            panic!("restart-ctld: {e}");
+        }
     }
 }
 
 impl Drop for TestCluster {
     fn drop(&mut self) {
+        // Never a panic while one unwinds: that would abort the tests.
+        let local = match LocalCluster::open(Release::current(), &self.dir, false) {
+            Ok(local) => local,
+            Err(e) => return eprintln!("test cluster {}: {e}", self.name),
+        };
         if std::thread::panicking() {
-            let logs = Command::new(repo().join("scripts/cluster.sh"))
-                .args(["logs", self.dir.to_str().unwrap(), "80"])
-                .env("ALLOT_SLURM_RELEASE", &Release::current().name)
-                .output();
-            if let Ok(logs) = logs {
-                eprintln!("==== daemon logs of test cluster {} ====\n{}", self.name, text(&logs));
-            }
+            eprintln!("==== daemon logs of test cluster {} ====\n{}", self.name, local.logs_tail(80));
         }
-        let down = Command::new(repo().join("scripts/cluster.sh"))
-            .args(["down", self.dir.to_str().unwrap()])
-            .env("ALLOT_SLURM_RELEASE", &Release::current().name)
-            .output();
-        // A daemon that crashed left a core file in DIR/run (scripts/cluster.sh
+        let down = local.down();
+        // A daemon that crashed left a core file in DIR/run (LocalCluster
         // runs them there): the plugins must never crash slurmctld.
         let cores: Vec<String> = std::fs::read_dir(self.dir.join("run"))
             .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("core")).collect())
@@ -628,10 +562,10 @@ impl Drop for TestCluster {
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         if !left.trim().is_empty() && !std::thread::panicking() {
-            panic!("daemons of test cluster {} were left running after `cluster.sh down`:\n{left}", self.name);
+            panic!("daemons of test cluster {} were left running after `down`:\n{left}", self.name);
         }
         match down {
-            Ok(out) if out.status.success() => {
+            Ok(()) => {
                 if !cores.is_empty() {
                     let stacks: String = cores.iter().map(|c| core_stacks(&self.dir.join("run").join(c))).collect();
                     if !std::thread::panicking() {
@@ -647,7 +581,6 @@ impl Drop for TestCluster {
                     let _ = std::fs::remove_dir_all(&self.dir);
                 }
             }
-            Ok(out) => eprintln!("cluster down failed: {}", text(&out)),
             Err(e) => eprintln!("cluster down failed: {e}"),
         }
     }
