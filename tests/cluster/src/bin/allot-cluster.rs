@@ -146,7 +146,7 @@ fn main() -> ExitCode {
         Err(Failure::Usage) => {
             // The commands alone; --help says what each does and the environment.
             let commands: String = USAGE.lines().skip_while(|l| *l != "Usage:").take_while(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect();
-            eprint!("{commands}(scripts/cluster.sh --help: what each does, and the environment)\n");
+            eprintln!("{commands}(scripts/cluster.sh --help: what each does, and the environment)");
             ExitCode::from(2)
         }
         Err(Failure::Error(e)) => {

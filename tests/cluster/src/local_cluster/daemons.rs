@@ -239,4 +239,59 @@ impl LocalCluster {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+
+    /// Cancels all jobs, stops every daemon it recorded (SIGTERM, SIGKILL
+    /// after a timeout) and any slurmstepd left from this cluster. Safe on
+    /// a half-started or already stopped cluster. Keeps DIR's files.
+    pub fn down(&self) -> Result<()> {
+        let started = Instant::now();
+        // 1. Cancel every job while slurmctld can still do it cleanly: a job
+        //    left running keeps its slurmstepd (and the job) alive after
+        //    slurmd exits.
+        let ctld = self.live_pid("slurmctld").is_some() || self.live_pid("slurmctld-backup").is_some();
+        if ctld && self.live_pid("munged").is_some() {
+            let jobs = self.run(Some(10), "squeue", &["-h", "-o", "%A"]).map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+            let jobs: Vec<&str> = jobs.split_whitespace().collect();
+            if !jobs.is_empty() {
+                say(&format!("cancelling {} job(s)", jobs.len()));
+                let _ = self.run(Some(20), "scancel", &jobs);
+                // Until nothing runs or completes any more (epilogs, step teardown).
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while Instant::now() < deadline {
+                    let left = self.run(Some(5), "squeue", &["-h", "-t", "R,CG,CF,S,SO,SI", "-o", "%A"]);
+                    if left.is_some_and(|o| o.stdout.iter().all(u8::is_ascii_whitespace)) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(300));
+                }
+            }
+        }
+        // 2. slurmd and slurmctld together (slurmd takes ~2 s); then
+        //    slurmdbd, which slurmctld reports to until it stops, and its
+        //    database; munged last: the others may still talk to it while
+        //    shutting down.
+        let last = ["slurmdbd", "mariadbd", "munged"];
+        let stopping: Vec<String> = self.daemon_names().into_iter().filter(|n| !last.contains(&n.as_str()) && self.terminate(n)).collect();
+        if !stopping.is_empty() {
+            say(&format!("stopping {}", stopping.join(" ")));
+        }
+        self.wait_gone(Duration::from_secs(20), &stopping);
+        for name in last {
+            if self.terminate(name) {
+                self.wait_gone(Duration::from_secs(20), &[name.to_owned()]);
+            }
+        }
+        // 3. Whatever slurmstepd (and job processes under it) this cluster left.
+        self.kill_leftovers();
+        self.wait_reaped(Duration::from_secs(3));
+        if let Ok(d) = std::fs::read_dir(self.pids()) {
+            for e in d.flatten() {
+                if e.path().extension().is_some_and(|x| x == "pid") {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+        say(&format!("down: {} ({}s)", self.dir.display(), started.elapsed().as_secs()));
+        Ok(())
+    }
 }
