@@ -96,25 +96,25 @@ impl LocalCluster {
                 }
             }
         }
-        let mut show = |o: Option<Output>| {
-            let o = o.filter(|o| o.status.success());
-            ok &= o.is_some();
-            if let Some(o) = o {
+        // What Slurm's commands say, on failure too (a controller that is
+        // down is when it matters).
+        let mut show = |o: Option<Output>| match o {
+            Some(o) => {
+                ok &= o.status.success();
                 out.push_str(&String::from_utf8_lossy(&o.stdout));
+                out.push_str(&String::from_utf8_lossy(&o.stderr));
             }
+            None => ok = false,
         };
         if self.has_backup_ctld() {
             show(self.run(Some(10), "scontrol", &["ping"]));
-            let role = self.in_control().map(Role::as_str).unwrap_or("none");
-            out.push_str(&format!("in control: {role}\n"));
         }
         if self.live_pid("slurmctld").is_some() || self.live_pid("slurmctld-backup").is_some() {
-            let o = self.run(Some(5), "sinfo", &["-N"]);
-            let o = o.filter(|o| o.status.success());
-            ok &= o.is_some();
-            if let Some(o) = o {
-                out.push_str(&String::from_utf8_lossy(&o.stdout));
-            }
+            show(self.run(Some(5), "sinfo", &["-N"]));
+        }
+        if self.has_backup_ctld() {
+            let role = self.in_control().map(Role::as_str).unwrap_or("none");
+            out.push_str(&format!("in control: {role}\n"));
         }
         (out, ok)
     }

@@ -41,7 +41,8 @@ impl LocalCluster {
             // shadow the ones under test.
             Plugins::Stock | Plugins::Allot => format!("{}:{system_plugin_dir}", self.inner.join("plugins").display()),
             Plugins::Installed => {
-                let on_host = self.release.root.clone().unwrap_or_default().join(system_plugin_dir.trim_start_matches('/'));
+                // The directory on this host: inside the release's root, or itself.
+                let on_host = self.release.root.clone().unwrap_or_else(|| PathBuf::from("/")).join(system_plugin_dir.trim_start_matches('/'));
                 if !on_host.join("priority_allot.so").is_file() {
                     return Err(format!("--plugins installed: no priority_allot.so in {} (install allot's package first)", on_host.display()));
                 }
