@@ -57,6 +57,10 @@ impl Release {
             None => run(&["default"])?.trim().to_owned(),
         };
         let fields = run(&[&name])?;
+        // `all`, `ci`, `site` and `default` are lists, not releases.
+        if !fields.lines().any(|l| l.starts_with("version=")) {
+            return Err(format!("Slurm release '{name}' is not in allot's test table (scripts/release.sh all lists them)"));
+        }
         let field = |key: &str| -> String { fields.lines().find_map(|l| l.strip_prefix(key).and_then(|v| v.strip_prefix('='))).unwrap_or_default().to_owned() };
         let path = |v: String| Some(v).filter(|v| !v.is_empty()).map(PathBuf::from);
         let target = repo().join(field("target"));
