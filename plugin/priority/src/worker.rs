@@ -437,6 +437,25 @@ impl Worker {
         let requeues = std::mem::take(&mut self.to_requeue);
         let requeues = if self.stopping { Vec::new() } else { requeues };
         for (id, why, detail) in requeues {
+            // A drained node's job gets the grace signal first, as a
+            // preempted one does (a session checkpoints then); slurmctld
+            // requeues it when the grace time is over.
+            if let RequeueWhy::Drain { .. } = why {
+                match ctld.begin_grace(id, |job| why.still_due(job), now) {
+                    Ok(Some(grace)) => {
+                        log::info!("JobId={id}: {detail}: grace signal sent, requeued in {grace} s");
+                        // Its run ends as a preemption's: one event, "drained".
+                        self.preemptions_seen.insert((id, now));
+                        self.pending_events.push(EventRow { at: now, job_id: id, kind: "drained".to_owned(), detail });
+                        continue;
+                    }
+                    Ok(None) => {
+                        log::debug!("JobId={id} no longer needs requeueing ({detail})");
+                        continue;
+                    }
+                    Err(e) => log::debug!("JobId={id}: no grace time ({e}): requeued at once"),
+                }
+            }
             match ctld.requeue(id, |job| why.still_due(job)) {
                 Ok(true) => {
                     let kind = match why {

@@ -36,6 +36,40 @@ const REQUEUE_SYMBOL: &CStr = c"job_requeue_external";
 type VoidFn = unsafe extern "C" fn();
 type FindJobFn = unsafe extern "C" fn(u32) -> *mut sys::job_record_t;
 type FindPartFn = unsafe extern "C" fn(*mut c_char) -> *mut sys::part_record_t;
+/// `job_signal(job, signal, flags, uid, preempt)`.
+type JobSignalFn = unsafe extern "C" fn(*mut sys::job_record_t, u16, u16, libc::uid_t, bool) -> c_int;
+/// `send_job_warn_signal(job, ignore_time)`: the job's `--signal`.
+type WarnSignalFn = unsafe extern "C" fn(*mut sys::job_record_t, bool);
+/// `slurm_job_get_grace_time(job)`: the preempt plugin's grace time.
+type GraceTimeFn = unsafe extern "C" fn(*mut sys::job_record_t) -> u32;
+
+/// slurm.h's `WARN_SENT` (`SLURM_BIT(15)`, which bindgen cannot expand; the
+/// same bit from 22.05 to 26.05): the job's `--signal` was sent.
+const WARN_SENT: u16 = 1 << 15;
+
+/// Whether slurmctld sends a preempted job its own `--signal`, decided as
+/// its scheduler decides (`_preempt_jobs`, node_scheduler.c), whose global
+/// `preempt_send_user_signal` is only set at the first preemption since
+/// slurmctld started. The caller holds the configuration's read lock.
+fn sends_user_signal() -> bool {
+    let conf = std::ptr::addr_of!(sys::slurm_conf);
+    // SAFETY: slurm_conf is libslurmfull's configuration, written only under the config write lock, which the caller's read lock excludes; the strings live as long as the configuration.
+    let ctld_params = unsafe { borrowed_str((*conf).slurmctld_params) }.unwrap_or("");
+    #[cfg(slurm_ge_24_11)]
+    // SAFETY: as above.
+    let preempt_params = unsafe { borrowed_str((*conf).preempt_params) }.unwrap_or("");
+    #[cfg(not(slurm_ge_24_11))]
+    let preempt_params = "";
+    ctld_params.to_ascii_lowercase().contains("preempt_send_user_signal") || preempt_params.to_ascii_lowercase().contains("send_user_signal")
+}
+
+/// What starting a preemption's grace time needs (the same in every
+/// release allot builds for, 22.05 to 26.05).
+struct GraceFns {
+    job_signal: JobSignalFn,
+    send_warn_signal: WarnSignalFn,
+    grace_time: GraceTimeFn,
+}
 
 /// Addresses of slurmctld's symbols, found once.
 pub struct Slurmctld {
@@ -51,6 +85,8 @@ pub struct Slurmctld {
     /// `find_part_record`; optional, as only the small-job partition's
     /// check needs it (which then trusts allot.conf).
     find_part: Option<FindPartFn>,
+    /// Optional: without them a drain requeues at once, with no grace signal.
+    grace: Option<GraceFns>,
 }
 
 // SAFETY: the pointers are addresses of slurmctld's globals and functions,
@@ -115,6 +151,16 @@ impl Slurmctld {
                     queue_scheduler: unsafe { std::mem::transmute::<*mut c_void, VoidFn>(symbol(c"queue_job_scheduler")?) },
                     // SAFETY: as above.
                     find_part: symbol(c"find_part_record").map(|p| unsafe { std::mem::transmute::<*mut c_void, FindPartFn>(p) }),
+                    grace: (|| {
+                        Some(GraceFns {
+                            // SAFETY: as above.
+                            job_signal: unsafe { std::mem::transmute::<*mut c_void, JobSignalFn>(symbol(c"job_signal")?) },
+                            // SAFETY: as above.
+                            send_warn_signal: unsafe { std::mem::transmute::<*mut c_void, WarnSignalFn>(symbol(c"send_job_warn_signal")?) },
+                            // SAFETY: as above.
+                            grace_time: unsafe { std::mem::transmute::<*mut c_void, GraceTimeFn>(symbol(c"slurm_job_get_grace_time")?) },
+                        })
+                    })(),
                 })
             })();
             if resolved.is_none() {
@@ -168,6 +214,53 @@ impl Slurmctld {
             // SAFETY: slurm_strerror returns a static string for any code.
             let text = unsafe { borrowed_str(sys::slurm_strerror(rc) as *const c_char) }.unwrap_or("unknown error");
             Err(format!("{text} (code {rc})"))
+        }
+    }
+
+    /// Starts a preemption's grace time on one running job, as Slurm's own
+    /// preemption does (`_job_check_grace_internal`, src/interfaces/preempt.c,
+    /// the same from 22.05 to 26.05): the preempt plugin's grace time, the
+    /// job's own `--signal` if slurmctld sends user signals at preemption
+    /// (else SIGCONT and SIGTERM), `preempt_time` now and the end time at
+    /// most the grace time away. slurmctld's time-limit check then preempts
+    /// it (PreemptMode: requeue) once the grace time is over, as it does a
+    /// job its scheduler preempted. Under the requeue's locks, `still_due`
+    /// re-checked there.
+    ///
+    /// `Ok(Some(grace seconds))` once begun; `Ok(None)` when the job is no
+    /// longer due; `Err` when this slurmctld lacks the functions or the
+    /// grace time is zero (the caller requeues instead).
+    pub fn begin_grace(&self, job_id: u32, still_due: impl FnOnce(Job<'_>) -> bool, now: i64) -> Result<Option<u32>, String> {
+        let Some(g) = &self.grace else { return Err("slurmctld lacks job_signal/send_job_warn_signal/slurm_job_get_grace_time".into()) };
+        // The requeue's locks, and the configuration's (read below).
+        let mut l = locks(sys::WRITE_LOCK, sys::WRITE_LOCK, sys::NO_LOCK, sys::READ_LOCK);
+        l.conf = sys::READ_LOCK;
+        let _held = self.hold(l);
+        // SAFETY: find_job_record reads the job hash table, which the job lock held protects; the record it returns stays valid while the lock is held.
+        let ptr = unsafe { (self.find_job)(job_id) };
+        // SAFETY: as above (null gives None).
+        let job = unsafe { Job::from_ptr(ptr) };
+        match job {
+            Some(job) if still_due(job) => {}
+            _ => return Ok(None),
+        }
+        let send_user_signal = sends_user_signal();
+        // SAFETY: the record is valid (above) and the job write lock is held, so this thread alone reads and writes it.
+        unsafe {
+            let grace = (g.grace_time)(ptr);
+            if grace == 0 {
+                return Err("its grace time is zero".into());
+            }
+            let raw = &mut *ptr;
+            raw.preempt_time = now as libc::time_t;
+            raw.end_time = raw.end_time.min(now as libc::time_t + grace as libc::time_t);
+            if send_user_signal && raw.warn_signal != 0 && raw.warn_flags & WARN_SENT == 0 {
+                (g.send_warn_signal)(ptr, true);
+            } else {
+                (g.job_signal)(ptr, libc::SIGCONT as u16, 0, 0, false);
+                (g.job_signal)(ptr, libc::SIGTERM as u16, 0, 0, false);
+            }
+            Ok(Some(grace))
         }
     }
 
