@@ -3,7 +3,7 @@
 # Slurm release and to run real Slurm clusters of those releases on this host,
 # on Debian 12 (bookworm), as root.
 #
-# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--packaging] [--docs] [--browser] [--debugger]
+# Usage: scripts/install-deps.sh [--slurm RELEASE]... [--accounting] [--sessions] [--packaging] [--docs] [--browser] [--debugger]
 #   --slurm RELEASE  22.05 (the default), 24.11, or all (both); may be repeated.
 #                    25.05, 25.11, 26.05: only checks that scripts/build-slurm.sh
 #                      has built and installed that site build.
@@ -20,6 +20,13 @@
 #   --accounting     also slurmdbd and MariaDB (Debian's), on the host for
 #                    22.05 and in the Debian 13 root for 24.11: the test
 #                    clusters with accounting (scripts/cluster.sh ALLOT_ACCOUNTING=1).
+#   --sessions       also what `allot session` runs on a node, for its tests:
+#                    dtach, python3, and criu: Debian 13's 4.1.1 (Debian 12's
+#                    3.17 cannot dump on recent kernels), taken with the
+#                    libraries it loads from the Debian 13 root (made if
+#                    missing) into /usr/local/lib/allot/criu.d, with
+#                    CAP_CHECKPOINT_RESTORE (and CAP_SETPCAP) so that it runs
+#                    as the session's owner.
 #   --packaging      also cargo-deb (cargo install --locked), for scripts/package.sh.
 #   --docs           also mdBook (cargo install --locked), to build the book in docs/.
 #   --browser        also Debian's Chromium, which the test of `allot serve`
@@ -55,12 +62,13 @@ meta_version() { awk '$1 == "Version:" { print $2; exit }' "$1"; }
 # A Debian version's upstream part: no epoch, no Debian revision.
 upstream_of() { local v=${1#*:}; echo "${v%-*}"; }
 
-releases=() accounting=0 packaging=0 docs=0 browser=0 debugger=0
+releases=() accounting=0 sessions=0 packaging=0 docs=0 browser=0 debugger=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         --slurm) [[ $# -ge 2 ]] || usage; releases+=("$2"); shift 2 ;;
         --slurm=*) releases+=("${1#*=}"); shift ;;
         --accounting) accounting=1; shift ;;
+        --sessions) sessions=1; shift ;;
         --packaging) packaging=1; shift ;;
         --docs) docs=1; shift ;;
         --browser) browser=1; shift ;;
@@ -174,12 +182,15 @@ host_mirrors
 #                         the daemons, sbatch/squeue/..., headers and libslurm
 #   24.11: debootstrap    makes the Debian 13 root
 #   --accounting (22.05): slurmdbd mariadb-server
+#   --sessions:           dtach python3-minimal (the session's program
+#                         in the tests), patchelf libcap2-bin (criu's copy)
 #   --browser:            chromium
 #   --debugger:           gdb
 packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutils fonts-dejavu-core libsqlite3-dev)
 has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
 has_release 24.11 && packages+=(debootstrap)
 ((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
+((sessions)) && packages+=(dtach python3-minimal patchelf libcap2-bin)
 ((browser)) && packages+=(chromium)
 ((debugger)) && packages+=(gdb)
 
@@ -356,6 +367,42 @@ fetch_source_file() {
     die "cannot download $name of $package $version from Debian 13 ($main_uri, $sec_uri)"
 }
 
+# ensure_trixie_root ROOT PACKAGE...: debootstrap's minimal Debian 13 system
+# in ROOT (the marker says it completed), plus the packages, installed when
+# missing. Used by the 24.11 test clusters and for criu (--sessions).
+ensure_trixie_root() {
+    local root=$1; shift
+    local root_packages=("$@")
+    local marker=$root/.allot-root
+    if [[ -f $marker && -x $root/usr/bin/apt-get ]]; then
+        step "root: $root present"
+    else
+        command -v debootstrap >/dev/null || { apt_update_once; run_logged apt-get install "${APT_OPTS[@]}" debootstrap; }
+        step "root: debootstrap trixie into $root (about 30 s)"
+        # Never delete through a mount left over from an interrupted run.
+        umount_root "$root"
+        rm -rf --one-file-system "$root"
+        mkdir -p "$(dirname "$root")"
+        run_logged debootstrap --variant=minbase trixie "$root" "$main_uri"
+        echo "allot test root: Debian 13 (trixie) for Slurm 24.11's test clusters and criu (scripts/install-deps.sh)" >"$marker"
+    fi
+    local root_missing=() p
+    declare -A in_root=()
+    while read -r p abbrev; do
+        [[ $abbrev == ii ]] && in_root[$p]=1
+    done < <(chroot "$root" dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${root_packages[@]}" 2>/dev/null || true)
+    for p in "${root_packages[@]}"; do [[ -n ${in_root[$p]:-} ]] || root_missing+=("$p"); done
+    if [[ ${#root_missing[@]} -gt 0 ]]; then
+        step "root: installing ${root_missing[*]} into $root"
+        mount_proc "$root"
+        local rc=0
+        with_no_service_starts "$root" run_logged chroot "$root" /bin/sh -c \
+            "export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get install ${APT_OPTS[*]} ${root_missing[*]}" || rc=$?
+        umount_root "$root"
+        ((rc == 0)) || die "installing ${root_missing[*]} into the Debian 13 root failed"
+    fi
+}
+
 install_24_11() {
     local version src include root
     version=$(release_field 24.11 version)
@@ -418,40 +465,12 @@ install_24_11() {
         grep -q '^#define SLURM_VERSION_NUMBER 0x180b05$' "$version_h" || die "$version_h is not Slurm $version"
     fi
 
-    # The Debian 13 root the test clusters' daemons run in: debootstrap's
-    # minimal system (the marker says it completed), plus Debian's Slurm
-    # packages, installed when missing.
+    # The Debian 13 root the test clusters' daemons run in, with Debian's Slurm.
     # The font: the package's allot draws its pictures in the root; SQLite:
     # the ledger's, which the plugins and allot link (the package depends on it).
     local root_packages=(slurmctld slurmd slurm-client munge fonts-dejavu-core libsqlite3-0)
     ((accounting)) && root_packages+=(slurmdbd mariadb-server)
-    local marker=$root/.allot-root
-    if [[ -f $marker && -x $root/usr/bin/apt-get ]]; then
-        step "root 24.11: $root present"
-    else
-        step "root 24.11: debootstrap trixie into $root (about 30 s)"
-        # Never delete through a mount left over from an interrupted run.
-        umount_root "$root"
-        rm -rf --one-file-system "$root"
-        mkdir -p "$(dirname "$root")"
-        run_logged debootstrap --variant=minbase trixie "$root" "$main_uri"
-        echo "allot test root: Debian 13 (trixie) for Slurm $version's test clusters (scripts/install-deps.sh)" >"$marker"
-    fi
-    local root_missing=() p
-    declare -A in_root=()
-    while read -r p abbrev; do
-        [[ $abbrev == ii ]] && in_root[$p]=1
-    done < <(chroot "$root" dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${root_packages[@]}" 2>/dev/null || true)
-    for p in "${root_packages[@]}"; do [[ -n ${in_root[$p]:-} ]] || root_missing+=("$p"); done
-    if [[ ${#root_missing[@]} -gt 0 ]]; then
-        step "root 24.11: installing ${root_missing[*]} into $root"
-        mount_proc "$root"
-        local rc=0
-        with_no_service_starts "$root" run_logged chroot "$root" /bin/sh -c \
-            "export DEBIAN_FRONTEND=noninteractive; apt-get -q update && apt-get install ${APT_OPTS[*]} ${root_missing[*]}" || rc=$?
-        umount_root "$root"
-        ((rc == 0)) || die "installing Slurm into the Debian 13 root failed"
-    fi
+    ensure_trixie_root "$root" "${root_packages[@]}"
     local v
     v=$(chroot "$root" dpkg-query -W -f='${Version}' slurmctld)
     [[ $(upstream_of "$v") == "$version" ]] || die "Debian 13's slurmctld in $root is $v, not $version"
@@ -481,6 +500,49 @@ for r in "${ALLOT_SITE_RELEASES[@]}"; do
         die "Slurm $version is a site build that no package registry here serves: get SchedMD's slurm-$version.tar.bz2 (or \`git archive slurm-${version//./-}-1\` of SchedMD's repository) and run \`sudo scripts/build-slurm.sh SOURCE\` (it installs into $prefix and keeps the configured tree in $src)"
     fi
 done
+
+# --- 3c. criu, for `allot session` (--sessions) -------------------------------
+# Debian 13's criu with every library it loads and its own loader, copied
+# into one directory (patchelf points the program at them), so that it runs
+# on this Debian 12 host; file capabilities let it checkpoint and restore
+# the caller's own processes: CAP_CHECKPOINT_RESTORE (Linux 5.9+), and
+# CAP_SETPCAP because a restore drops from the bounding set what the image's
+# lacks, which needs it wherever the bounding set is not full (containers).
+# It cannot dump or restore another user's processes (the kernel's ptrace
+# check), nor restore as another uid (no CAP_SETUID).
+readonly CRIU_DIR=/usr/local/lib/allot/criu.d
+install_criu() {
+    local root version
+    root=$(release_field 24.11 root)
+    ensure_trixie_root "$root" criu
+    version=$(chroot "$root" dpkg-query -W -f='${Version}' criu)
+    if [[ -x $CRIU_DIR/criu && -f $CRIU_DIR/VERSION && $(cat "$CRIU_DIR/VERSION") == "$version" ]] \
+        && getcap "$CRIU_DIR/criu" | grep -q cap_checkpoint_restore; then
+        step "criu $version present in $CRIU_DIR"
+        return 0
+    fi
+    step "criu $version from $root into $CRIU_DIR"
+    local scratch lib libs name
+    scratch=$(mktemp -d "$(dirname "$CRIU_DIR")/criu.XXXXXX")
+    cp "$root/usr/sbin/criu" "$scratch/criu"
+    cp -L "$root/lib64/ld-linux-x86-64.so.2" "$scratch/ld-linux-x86-64.so.2"
+    # What the Debian 13 loader loads for criu, from the root.
+    libs=$("$root/lib64/ld-linux-x86-64.so.2" --library-path "$root/lib/x86_64-linux-gnu:$root/usr/lib/x86_64-linux-gnu" --list "$root/usr/sbin/criu" \
+        | awk '$1 !~ /\// && $2 == "=>" && $3 ~ /^\// { print $1 " " $3 }')
+    while read -r name lib; do
+        [[ -n $name ]] && cp -L "$lib" "$scratch/$name"
+    done <<<"$libs"
+    patchelf --set-interpreter "$CRIU_DIR/ld-linux-x86-64.so.2" --force-rpath --set-rpath "$CRIU_DIR" "$scratch/criu"
+    echo "$version" >"$scratch/VERSION"
+    chmod 755 "$scratch"
+    rm -rf "$CRIU_DIR"
+    mv "$scratch" "$CRIU_DIR"
+    setcap cap_checkpoint_restore,cap_setpcap+eip "$CRIU_DIR/criu"
+    ln -sfn criu.d/criu "$(dirname "$CRIU_DIR")/criu"
+    "$CRIU_DIR/criu" check >/dev/null 2>&1 || die "$CRIU_DIR/criu check fails on this kernel: $("$CRIU_DIR/criu" check 2>&1 | tail -n 3)"
+    step "criu: $("$CRIU_DIR/criu" --version | head -n 1), capabilities $(getcap "$CRIU_DIR/criu" | cut -d' ' -f2)"
+}
+((sessions)) && install_criu
 
 # --- 4. packaging tools -----------------------------------------------------------
 if ((packaging)); then

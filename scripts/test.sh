@@ -58,7 +58,7 @@ phase "installing dependencies (Slurm ${releases[*]})"
 # The default release's headers are always needed: the workspace builds for it.
 deps=(--slurm "$ALLOT_DEFAULT_RELEASE")
 for r in "${releases[@]}"; do deps+=(--slurm "$r"); done
-scripts/install-deps.sh "${deps[@]}" --accounting --packaging --docs --browser --debugger
+scripts/install-deps.sh "${deps[@]}" --accounting --sessions --packaging --docs --browser --debugger
 
 phase "format and lints (rustfmt.toml; the workspace lints in Cargo.toml, warnings denied)"
 for tool in fmt clippy; do
@@ -108,6 +108,9 @@ for r in "${releases[@]}"; do
     [[ -n $(release_field "$r" deb) ]] && suites+=(--test package) # a site build has no package
     # Slurm's own failover works on 22.05 only here (tests/cluster/tests/failover.rs).
     [[ $r == 22.05 ]] && suites+=(--test failover)
+    # Sessions (criu) on 22.05 only here: 24.11's test daemons run chrooted in
+    # the Debian 13 root, where criu cannot see the host's mounts (tests/cluster/tests/sessions.rs).
+    [[ $r == 22.05 ]] && suites+=(--test sessions)
     ALLOT_SLURM_RELEASE=$r cargo test --release --locked -p allot-cluster-tests "${suites[@]}" -- --test-threads=2 "${cargo_args[@]}"
 done
 

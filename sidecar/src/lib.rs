@@ -11,6 +11,7 @@ pub mod identity;
 pub mod ledger_cmd;
 pub mod report;
 pub mod serve;
+pub mod session;
 pub mod sync;
 pub mod watch;
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use allot_cli::{associations, budget_cmd, cluster_report, doctor, history, identity, ledger_cmd, now, report, serve, sync, watch};
+use allot_cli::{associations, budget_cmd, cluster_report, doctor, history, identity, ledger_cmd, now, report, serve, session, sync, watch};
 use allot_ledger::health;
 use clap::{Parser, Subcommand};
 
@@ -130,6 +130,10 @@ enum Command {
         #[arg(long)]
         apply: bool,
     },
+    /// Interactive sessions that survive preemption: checkpointed (CRIU) at
+    /// the grace signal, restored when the job runs again.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Check that allot's plugins match the running slurmctld (its version,
     /// every symbol its plugin loaders look up) and its configuration
     /// (slurm.conf's lines, allot.conf's ledger, permissions, filesystem):
@@ -226,6 +230,13 @@ fn main() -> ExitCode {
             let conf = slurm_conf.unwrap_or_else(identity::slurm_conf_path);
             return doctor::run(&conf).map(|()| ExitCode::SUCCESS).unwrap_or_else(|e| fail(&e, None));
         }
+        // Reads no ledger: a session is a job and a private directory.
+        Command::Session(cmd) => {
+            return match session::run(cmd) {
+                Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+                Err(e) => fail(&e, None),
+            };
+        }
         other => other,
     };
     let inv = match identity::Invocation::resolve(cli.ledger.as_deref()) {
@@ -258,7 +269,7 @@ fn main() -> ExitCode {
         Command::Why { job, cluster } => report::why(&ledger, cluster.as_deref(), job),
         Command::Associations { cluster, apply } => run_associations(&inv, cluster.as_deref(), apply),
         Command::Ledger(cmd) => ledger_cmd::run(cmd, &inv, now()),
-        Command::Simulate(_) | Command::Generate(_) | Command::Doctor { .. } => unreachable!("handled above"),
+        Command::Simulate(_) | Command::Generate(_) | Command::Doctor { .. } | Command::Session(_) => unreachable!("handled above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
