@@ -137,6 +137,7 @@ fn options_with_meaningless_values_are_refused_naming_the_option_and_the_value()
             "invalid value '-5m' for '--checkpoint-interval <CHECKPOINT_INTERVAL>': '-5m' is not a duration: a duration cannot be negative",
         ),
         (&["--horizon", "0"], 1, "allot: --horizon 0: must be longer than zero (the simulation stops this long after the first submission)"),
+        (&["--restorable-kinds", "sessions"], 1, "allot: --restorable-kinds: the workload has no jobs of kind 'sessions' (its kinds: "),
         (&["--bf-interval", "0"], 1, "allot: --bf-interval 0: must be at least 1s"),
         (&["--lookback", "0s"], 1, "allot: --lookback 0: lookback: the lookback window must be longer than zero"),
         // The Gantt chart's window.

@@ -409,3 +409,33 @@ fn a_cancelled_job_s_reason_says_which_rule_preempted_it() {
     let why = "cancelled: preempted and not resumable (unspecified jobs): past its minimum runtime, by a job of its own team that declared a higher priority";
     assert_eq!(sim.report.not_completed.get(why), Some(&1), "{:?}", sim.report.not_completed);
 }
+
+#[test]
+fn a_restorable_session_is_requeued_and_loses_nothing_where_a_plain_one_is_cancelled() {
+    // Team a's session (not resumable: a shell's state) holds both GPUs; team
+    // b's job arrives after the session's minimum runtime and ranks first.
+    let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,priority,kind\n\
+               1,0,2,36000,a,3600,false,normal,interactive\n\
+               2,7200,2,3600,b,3600,true,normal,training\n";
+    let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+    // A one-hour window: a's two hours are far past the anti-thrash margin.
+    let mut cfg = config("1x2", "grace = \"5m\"\nlookback = \"1h\"", PolicyKind::Allot);
+    let plain = run(&w, &cfg);
+    let session = runs_of(&plain, &w, 1);
+    assert_eq!(session.len(), 1, "{session:?} {:?}", runs_of(&plain, &w, 2));
+    assert_eq!(session[0].lost, 7200 + 300, "the plain session loses everything it did: {session:?}");
+    assert!(matches!(fate(&plain, &w, 1), Fate::Cancelled(_)), "{:?}", fate(&plain, &w, 1));
+
+    // As `allot session` does: checkpointed at the grace signal, restored.
+    let mut restorable = w.clone();
+    let interactive = restorable.kinds.iter().position(|k| k == "interactive").unwrap() as u32;
+    restorable.jobs.iter_mut().filter(|j| j.kind == interactive).for_each(|j| j.resumable = true);
+    cfg.restorable_kinds = vec![interactive];
+    let sim = run(&restorable, &cfg);
+    let session = runs_of(&sim, &restorable, 1);
+    assert_eq!(session.len(), 2, "{session:?}");
+    assert_eq!(session[0].lost, 0);
+    assert_eq!(session[1].start, runs_of(&sim, &restorable, 2)[0].end, "restored when b's job ends");
+    assert_eq!(session[1].end - session[1].start, 36000 - (7200 + 300), "the rest of the session's work, none redone");
+    assert_eq!(fate(&sim, &restorable, 1), Fate::Completed);
+}

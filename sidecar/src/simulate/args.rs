@@ -210,6 +210,11 @@ pub(super) struct RunArgs {
     /// Resumable jobs checkpoint this often and lose the work since the last checkpoint when killed; 0: they checkpoint in their grace time and lose nothing.
     #[arg(long, value_parser = duration, default_value = "30m")]
     pub(super) checkpoint_interval: i64,
+    /// Jobs of these kinds (the workload's `kind` column, comma-separated)
+    /// are restored after a preemption, as `allot session` restores a session:
+    /// requeued, nothing lost (e.g. `interactive`).
+    #[arg(long, value_delimiter = ',', value_name = "KIND")]
+    pub(super) restorable_kinds: Vec<String>,
     /// Delay before a requeued job may start again.
     #[arg(long, value_parser = duration, default_value = "0")]
     pub(super) requeue_delay: i64,

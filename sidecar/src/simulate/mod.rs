@@ -176,10 +176,11 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     check_run_options(&a, cluster)?;
-    let workload = match &from_ledger {
+    let mut workload = match &from_ledger {
         Some((_, lw)) => lw.workload.clone(),
         None => read_workload(path, a.skip_bad_rows)?,
     };
+    let restorable_kinds = restorable_kinds(&mut workload, &a.restorable_kinds)?;
     let (mut tree, budget_gives_default) = match (&a.budgets, &from_ledger) {
         (None, Some((_, lw))) => {
             let tree = BudgetTree::parse(&lw.budget_toml)
@@ -261,6 +262,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
     for &policy in &policies {
         let mut cfg = Config::new(cluster, tree.clone(), policy);
         cfg.checkpoint_interval = a.checkpoint_interval;
+        cfg.restorable_kinds = restorable_kinds.clone();
         cfg.requeue_delay = a.requeue_delay;
         cfg.baseline_limit_factor = a.baseline_limit_factor;
         cfg.baseline_priority_levels = a.baseline_priority_levels;
@@ -328,6 +330,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
             "settings": {
                 "cluster": cluster.to_string(),
                 "checkpoint_interval_s": a.checkpoint_interval,
+                "restorable_kinds": a.restorable_kinds,
                 "requeue_delay_s": a.requeue_delay,
                 "baseline_limit_factor": a.baseline_limit_factor,
                 "baseline_priority_levels": a.baseline_priority_levels,
@@ -644,4 +647,20 @@ mod tests {
         let e = allot(&[path, "--cluster", "2x8", "--small-job-nodes=-1"]).unwrap_err().to_string();
         assert!(e.contains("invalid value '-1' for '--small-job-nodes"), "{e}");
     }
+}
+
+/// `--restorable-kinds`: the kinds' indices; their jobs become resumable (a
+/// session's job is requeueable). A kind the workload lacks is an error.
+fn restorable_kinds(workload: &mut allot_sim::workload::Workload, names: &[String]) -> anyhow::Result<Vec<u32>> {
+    let mut kinds = Vec::new();
+    for name in names.iter().filter(|n| !n.is_empty()) {
+        let Some(k) = workload.kinds.iter().position(|k| k == name) else {
+            bail!("--restorable-kinds: the workload has no jobs of kind '{name}' (its kinds: {})", workload.kinds.join(", "));
+        };
+        kinds.push(k as u32);
+    }
+    for job in workload.jobs.iter_mut().filter(|j| kinds.contains(&j.kind)) {
+        job.resumable = true;
+    }
+    Ok(kinds)
 }

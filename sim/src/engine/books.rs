@@ -280,7 +280,10 @@ impl Engine<'_> {
         let job = &self.jobs[j as usize];
         let progress = now - job.run_start;
         let ci = self.cfg.checkpoint_interval;
-        let saved = if !w.resumable {
+        let restorable = self.cfg.restorable_kinds.contains(&w.kind);
+        let saved = if restorable {
+            progress
+        } else if !w.resumable {
             0
         } else if ci <= 0 {
             progress
@@ -289,7 +292,7 @@ impl Engine<'_> {
         };
         let signal = job.signal_at;
         self.end_run(j, now, RunEnd::Preempted { signal }, progress - saved);
-        let resumable = w.resumable;
+        let resumable = w.resumable || restorable;
         let job = &mut self.jobs[j as usize];
         job.preemptions += 1;
         if resumable {

@@ -101,6 +101,10 @@ pub struct Config {
     /// loses, when killed, the work since the last one. 0: it checkpoints
     /// during its grace time and loses nothing.
     pub checkpoint_interval: i64,
+    /// Kinds (indices into the workload's kinds) whose jobs are restored
+    /// after a preemption as `allot session` restores a session: checkpointed
+    /// at the grace signal, requeued, nothing lost.
+    pub restorable_kinds: Vec<u32>,
     /// Seconds between a requeue and the job being eligible again.
     pub requeue_delay: i64,
     /// Pending jobs a backfill pass considers, in order (Slurm's `bf_max_job_test`).
@@ -173,6 +177,7 @@ impl Config {
             tree,
             policy,
             checkpoint_interval: 1800,
+            restorable_kinds: Vec::new(),
             requeue_delay: 0,
             bf_max_job_test: 500,
             preempt_max_job_test: 16,
