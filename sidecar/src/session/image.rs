@@ -68,15 +68,6 @@ pub fn read_core(bytes: &[u8]) -> Result<CoreEntry> {
     CoreEntry::decode(body).context("not a CRIU core image")
 }
 
-/// Writes a core image back (for the tests that alter one).
-pub fn write_core(header: &[u8], core: &CoreEntry) -> Vec<u8> {
-    let body = core.encode_to_vec();
-    let mut out = header[..8].to_vec();
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body);
-    out
-}
-
 /// Checks a checkpoint's directory before it is restored as `uid`/`gid`.
 pub fn check(image: &Path, uid: u32, gid: u32, groups: &[u32]) -> Result<()> {
     store::check_private(image, true)?;
@@ -170,7 +161,8 @@ mod tests {
     #[test]
     fn an_image_round_trips_and_a_cut_one_is_refused() {
         let core = CoreEntry { thread_core: Some(ThreadCoreEntry { creds: Some(creds(5, 6)) }) };
-        let bytes = write_core(&[0x19, 0x43, 0x56, 0x54, 0x47, 0x38, 0x05, 0x55], &core);
+        let body = core.encode_to_vec();
+        let bytes = [&[0x19, 0x43, 0x56, 0x54, 0x47, 0x38, 0x05, 0x55][..], &(body.len() as u32).to_le_bytes(), &body].concat();
         assert_eq!(read_core(&bytes).unwrap(), core);
         assert!(read_core(&bytes[..bytes.len() - 1]).unwrap_err().to_string().contains("cut short"));
         assert!(read_core(&bytes[..6]).is_err());

@@ -492,6 +492,22 @@ fn apply_settings(s: &mut ClusterSettings, a: &RunArgs, budget_gives_default: bo
     bail!("{}", messages.join("\n"))
 }
 
+/// `--restorable-kinds`: the kinds' indices; their jobs become resumable (a
+/// session's job is requeueable). A kind the workload lacks is an error.
+fn restorable_kinds(workload: &mut allot_sim::workload::Workload, names: &[String]) -> anyhow::Result<Vec<u32>> {
+    let mut kinds = Vec::new();
+    for name in names.iter().filter(|n| !n.is_empty()) {
+        let Some(k) = workload.kinds.iter().position(|k| k == name) else {
+            bail!("--restorable-kinds: the workload has no jobs of kind '{name}' (its kinds: {})", workload.kinds.join(", "));
+        };
+        kinds.push(k as u32);
+    }
+    for job in workload.jobs.iter_mut().filter(|j| kinds.contains(&j.kind)) {
+        job.resumable = true;
+    }
+    Ok(kinds)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,20 +663,4 @@ mod tests {
         let e = allot(&[path, "--cluster", "2x8", "--small-job-nodes=-1"]).unwrap_err().to_string();
         assert!(e.contains("invalid value '-1' for '--small-job-nodes"), "{e}");
     }
-}
-
-/// `--restorable-kinds`: the kinds' indices; their jobs become resumable (a
-/// session's job is requeueable). A kind the workload lacks is an error.
-fn restorable_kinds(workload: &mut allot_sim::workload::Workload, names: &[String]) -> anyhow::Result<Vec<u32>> {
-    let mut kinds = Vec::new();
-    for name in names.iter().filter(|n| !n.is_empty()) {
-        let Some(k) = workload.kinds.iter().position(|k| k == name) else {
-            bail!("--restorable-kinds: the workload has no jobs of kind '{name}' (its kinds: {})", workload.kinds.join(", "));
-        };
-        kinds.push(k as u32);
-    }
-    for job in workload.jobs.iter_mut().filter(|j| kinds.contains(&j.kind)) {
-        job.resumable = true;
-    }
-    Ok(kinds)
 }

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 use allot_cluster_tests::{secs, sleep_job, target_release, text, Options, TestCluster, BUDGET};
+use prost::encoding::{decode_key, decode_varint, encode_key, encode_varint, WireType};
 
 fn criu() -> String {
     std::env::var("ALLOT_CRIU").unwrap_or_else(|_| "/usr/local/lib/allot/criu".into())
@@ -165,29 +166,137 @@ fn s3_an_altered_or_foreign_checkpoint_is_refused_and_kept_and_strangers_get_not
     assert!(!out.status.success(), "bob's criu dumped alice's process {victim}");
     assert!(std::fs::read_dir(&scratch).unwrap().flatten().all(|e| !e.file_name().to_string_lossy().starts_with("pages-")), "bob got alice's memory");
 
-    // Checkpoint (the grace signal), then alter the image as if alice wanted
-    // root: the restore is refused, the image kept, the session starts afresh.
+    // Checkpoint (the grace signal), then give every thread in the image
+    // criu's own capabilities, changing nothing else (criu itself restores
+    // such an image as it is): the restore is refused, the image kept aside,
+    // the session started afresh, and the log says why.
     let out = c.slurm(None, "scancel", &["--signal=USR1", "--batch", &job.to_string()]);
     assert!(out.status.success(), "{}", text(&out));
     wait_log(&c, "alice", "nb", "checkpointed session nb", 1);
     c.wait_for("the job ends after its checkpoint", secs(30), || c.job(job).state() == "COMPLETED");
     let image = dir.join("image");
-    let core = std::fs::read_dir(&image).unwrap().flatten().map(|e| e.path()).find(|p| p.file_name().unwrap().to_string_lossy().starts_with("core-")).unwrap();
-    let bytes = std::fs::read(&core).unwrap();
-    let mut entry = allot_cli::session::image::read_core(&bytes).unwrap();
-    let creds = entry.thread_core.as_mut().and_then(|t| t.creds.as_mut()).expect("credentials in the image");
-    (creds.uid, creds.euid, creds.suid, creds.fsuid) = (Some(0), Some(0), Some(0), Some(0));
-    std::fs::write(&core, allot_cli::session::image::write_core(&bytes, &entry)).unwrap();
+    let cores: Vec<PathBuf> =
+        std::fs::read_dir(&image).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("core-")).collect();
+    assert!(!cores.is_empty());
+    for core in &cores {
+        let bytes = std::fs::read(core).unwrap();
+        std::fs::write(core, with_capabilities(&bytes)).unwrap();
+        let creds = allot_cli::session::image::read_core(&std::fs::read(core).unwrap()).unwrap().thread_core.unwrap().creds.unwrap();
+        assert_eq!((creds.uid, creds.cap_prm.clone()), (Some(1001), vec![1 << 8, 1 << 8]), "the alteration");
+    }
     let out = c.scontrol(&["requeue", &job.to_string()]);
     assert!(out.status.success(), "{}", text(&out));
     wait_log(&c, "alice", "nb", "was not restored", 1);
     wait_log(&c, "alice", "nb", "started python3", 2);
     let l = log(&c, "alice", "nb");
-    assert!(l.contains("would run with uid 0") && l.contains("image.failed-1"), "{l}");
-    assert!(dir.join("image.failed-1").join(core.file_name().unwrap()).exists(), "the refused image was not kept");
+    assert!(l.contains("would hold permitted capabilities") && l.contains("image.failed-1"), "{l}");
+    assert!(dir.join("image.failed-1").join(cores[0].file_name().unwrap()).exists(), "the refused image was not kept");
     assert_eq!(ask(&c, "nb", "'secret' in globals()"), "False");
+
+    // A foreign image: root's own process, dumped by root, put in place of
+    // alice's checkpoint as if it were hers (restored by a privileged
+    // helper, it would be a root shell).
+    let rooted = c.job_dir().join("root-image");
+    std::fs::create_dir_all(&rooted).unwrap();
+    let mut victim = std::process::Command::new("setsid").args(["sleep", "600"]).stdin(std::process::Stdio::null()).spawn().unwrap();
+    std::thread::sleep(secs(1));
+    let out = std::process::Command::new(criu())
+        .args(["dump", "--tree", &victim.id().to_string(), "--images-dir"])
+        .arg(&rooted)
+        .args(["--log-file", "dump.log"])
+        .output()
+        .unwrap();
+    let _ = victim.wait();
+    assert!(out.status.success(), "root's dump: {}", std::fs::read_to_string(rooted.join("dump.log")).unwrap_or_default());
+    let out = c.slurm(None, "scancel", &["--signal=USR1", "--batch", &job.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_log(&c, "alice", "nb", "checkpointed session nb", 2);
+    c.wait_for("the job ends after its checkpoint", secs(30), || c.job(job).state() == "COMPLETED");
+    let checkpoint = std::fs::read(image.join("checkpoint.json")).unwrap();
+    std::fs::remove_dir_all(&image).unwrap();
+    std::fs::rename(&rooted, &image).unwrap();
+    std::fs::write(image.join("checkpoint.json"), checkpoint).unwrap();
+    let alice = nix::unistd::User::from_name("alice").unwrap().unwrap();
+    for entry in std::fs::read_dir(&image).unwrap().flatten() {
+        nix::unistd::chown(&entry.path(), Some(alice.uid), Some(alice.gid)).unwrap();
+        std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    nix::unistd::chown(&image, Some(alice.uid), Some(alice.gid)).unwrap();
+    std::fs::set_permissions(&image, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let out = c.scontrol(&["requeue", &job.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_log(&c, "alice", "nb", "was not restored", 2);
+    wait_log(&c, "alice", "nb", "started python3", 3);
+    let l = log(&c, "alice", "nb");
+    assert!(l.contains("would run with uid 0") && l.contains("image.failed-2"), "{l}");
     let out = session(&c, "alice", &["list"]);
-    assert!(text(&out).contains("1 kept after a failed restore"), "{}", text(&out));
+    assert!(text(&out).contains("2 kept after a failed restore"), "{}", text(&out));
+}
+
+/// A core image whose every thread holds CAP_SETPCAP and
+/// CAP_CHECKPOINT_RESTORE (permitted, effective, inheritable), every other
+/// byte as it was: protobuf fields are copied through, the capability
+/// fields of `thread_core.creds` replaced (CRIU's images/core.proto: field 5,
+/// then 10, then 9, 10, 11).
+fn with_capabilities(image: &[u8]) -> Vec<u8> {
+    let len = u32::from_le_bytes(image[8..12].try_into().unwrap()) as usize;
+    let mut caps = Vec::new();
+    for tag in [9u32, 10, 11] {
+        for word in [1u64 << 8, 1u64 << 8] {
+            encode_key(tag, WireType::Varint, &mut caps);
+            encode_varint(word, &mut caps);
+        }
+    }
+    let body = rewrite(&image[12..12 + len], 5, &mut |thread_core| rewrite(thread_core, 10, &mut |creds| [strip(creds, &[9, 10, 11]), caps.clone()].concat()));
+    [&image[..8], &(body.len() as u32).to_le_bytes(), &body, &image[12 + len..]].concat()
+}
+
+/// The fields of a protobuf message, each as (tag, its bytes, key included).
+fn fields(mut msg: &[u8]) -> Vec<(u32, WireType, &[u8])> {
+    let mut out = Vec::new();
+    while !msg.is_empty() {
+        let start = msg;
+        let (tag, wire) = decode_key(&mut msg).unwrap();
+        let mut rest = msg;
+        match wire {
+            WireType::Varint => {
+                decode_varint(&mut rest).unwrap();
+            }
+            WireType::SixtyFourBit => rest = &rest[8..],
+            WireType::ThirtyTwoBit => rest = &rest[4..],
+            WireType::LengthDelimited => {
+                let l = decode_varint(&mut rest).unwrap() as usize;
+                rest = &rest[l..];
+            }
+            other => panic!("wire type {other:?} in a CRIU image"),
+        }
+        out.push((tag, wire, &start[..start.len() - rest.len()]));
+        msg = rest;
+    }
+    out
+}
+
+fn strip(msg: &[u8], tags: &[u32]) -> Vec<u8> {
+    fields(msg).into_iter().filter(|(t, ..)| !tags.contains(t)).flat_map(|(.., b)| b.to_vec()).collect()
+}
+
+/// `msg` with the embedded message of field `tag` passed through `f`.
+fn rewrite(msg: &[u8], tag: u32, f: &mut dyn FnMut(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (t, wire, bytes) in fields(msg) {
+        if t != tag || wire != WireType::LengthDelimited {
+            out.extend_from_slice(bytes);
+            continue;
+        }
+        let mut inner = bytes;
+        decode_key(&mut inner).unwrap();
+        let l = decode_varint(&mut inner).unwrap() as usize;
+        let new = f(&inner[..l]);
+        encode_key(t, WireType::LengthDelimited, &mut out);
+        encode_varint(new.len() as u64, &mut out);
+        out.extend_from_slice(&new);
+    }
+    out
 }
 
 #[test]
