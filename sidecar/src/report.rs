@@ -142,6 +142,12 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
             if c.resumable { "resumable (requeued when preempted)" } else { "not resumable (cancelled when preempted)" }
         );
         let _ = writeln!(out, "  submitted {}", crate::format_time(c.submit_time));
+        if let Some(name) = crate::session::name_in_comment(&c.comment) {
+            let _ = writeln!(
+                out,
+                "  an interactive session (allot session {name}): checkpointed at each grace signal, restored when its job runs again; its own log says each step (allot session list)"
+            );
+        }
     }
     for (i, r) in runs.iter().enumerate() {
         let end = match r.run_end {

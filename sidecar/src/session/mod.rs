@@ -112,6 +112,15 @@ pub fn run(cmd: SessionCommand) -> Result<i32> {
     }
 }
 
+/// A session's job says so in its comment (a word beside the contract, which
+/// the contract's parser leaves alone), so that `allot why` can tell.
+const COMMENT_WORD: &str = "allot-session:";
+
+/// The session a job's comment names, if it is a session's.
+pub fn name_in_comment(comment: &str) -> Option<&str> {
+    comment.split([' ', ',', ';']).find_map(|w| w.strip_prefix(COMMENT_WORD)).filter(|n| store::check_name(n).is_ok())
+}
+
 /// A program by name is looked up in PATH here, so that the job runs the
 /// same one (the job's PATH may differ).
 fn resolve(program: PathBuf) -> PathBuf {
@@ -151,7 +160,7 @@ fn start(name: &str, min_runtime: &str, sbatch: &[String], criu: PathBuf, dtach:
     let out = Command::new("sbatch")
         .args(["--parsable", "--requeue", "--open-mode=append", "--signal=B:USR1@60"])
         .arg(format!("--job-name=allot-session:{name}"))
-        .arg(format!("--comment=min_runtime={min_runtime}"))
+        .arg(format!("--comment={COMMENT_WORD}{name} min_runtime={min_runtime}"))
         .arg(format!("--output={}", log.display()))
         .args(sbatch)
         .arg(format!("--wrap={script}"))
@@ -265,4 +274,19 @@ fn stop(dir: &Path) -> Result<i32> {
     std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove {}", dir.display()))?;
     println!("session {} stopped and removed", s.name);
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_sessions_comment_names_it_beside_the_contract() {
+        assert_eq!(super::name_in_comment("allot-session:nb min_runtime=2h"), Some("nb"));
+        assert_eq!(super::name_in_comment("sweep,allot-session:a.b_c;priority=high"), Some("a.b_c"));
+        assert_eq!(super::name_in_comment("min_runtime=2h"), None);
+        assert_eq!(super::name_in_comment("allot-session:../x"), None);
+        // The contract's parser takes the word as a plain word.
+        let rules = allot::contract::ContractRules { min_runtime_cap: 8 * 3600, default_min_runtime: 3600 };
+        let parsed = allot::contract::parse_comment("allot-session:nb min_runtime=2h", rules).unwrap();
+        assert_eq!((parsed.contract.min_runtime, parsed.other_text.as_str()), (7200, "allot-session:nb"));
+    }
 }

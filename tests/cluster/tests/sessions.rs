@@ -101,6 +101,13 @@ fn s1_a_session_preempted_by_another_team_comes_back_with_its_state_on_another_n
     assert_eq!(ask(&c, "nb", "(x, os.getcwd())"), "(42, '/tmp')", "the restored session lost its state:\n{l}");
     send(&c, "nb", "x += 1");
     assert_eq!(ask(&c, "nb", "x"), "43");
+    // allot why tells the session, its preemption and its two runs.
+    c.wait_for("allot why shows the preemption and the second run", secs(30), || {
+        let why = text(&c.allot(&["why", &job.to_string()]));
+        why.contains("preempted") && why.contains("run 2:")
+    });
+    let why = text(&c.allot(&["why", &job.to_string()]));
+    assert!(why.contains("an interactive session (allot session nb)") && why.contains("run 2:"), "{why}");
     // list shows it; stop ends the job and removes the session.
     let out = session(&c, "alice", &["list"]);
     assert!(text(&out).contains("nb") && text(&out).contains("RUNNING"), "{}", text(&out));
@@ -126,6 +133,8 @@ fn s2_a_session_on_a_drained_node_moves_once_its_minimum_runtime_is_over() {
     assert_eq!(ask(&c, "work", "(sum(data), os.getcwd())"), "(499500, '/')");
     let l = log(&c, "alice", "work");
     assert!(l.contains("(job ") && l.contains("run 2)"), "{l}");
+    let why = text(&c.allot(&["why", &job.to_string()]));
+    assert!(why.contains("drained: its node is draining") && why.contains("allot session work"), "{why}");
 }
 
 #[test]
