@@ -441,12 +441,12 @@ impl Worker {
             // preempted one does (a session checkpoints then); slurmctld
             // requeues it when the grace time is over.
             if let RequeueWhy::Drain { .. } = why {
-                match ctld.begin_grace(id, |job| why.still_due(job), now) {
-                    Ok(Some(grace)) => {
+                match ctld.begin_grace(id, |job| why.still_due(job)) {
+                    Ok(Some((grace, at))) => {
                         log::info!("JobId={id}: {detail}: grace signal sent, requeued in {grace} s");
                         // Its run ends as a preemption's: one event, "drained".
-                        self.preemptions_seen.insert((id, now));
-                        self.pending_events.push(EventRow { at: now, job_id: id, kind: "drained".to_owned(), detail });
+                        self.preemptions_seen.insert((id, at));
+                        self.pending_events.push(EventRow { at, job_id: id, kind: "drained".to_owned(), detail });
                         continue;
                     }
                     Ok(None) => {

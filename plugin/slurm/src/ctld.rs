@@ -227,10 +227,11 @@ impl Slurmctld {
     /// job its scheduler preempted. Under the requeue's locks, `still_due`
     /// re-checked there.
     ///
-    /// `Ok(Some(grace seconds))` once begun; `Ok(None)` when the job is no
-    /// longer due; `Err` when this slurmctld lacks the functions or the
-    /// grace time is zero (the caller requeues instead).
-    pub fn begin_grace(&self, job_id: u32, still_due: impl FnOnce(Job<'_>) -> bool, now: i64) -> Result<Option<u32>, String> {
+    /// `Ok(Some((grace seconds, preempt_time)))` once begun; `Ok(None)` when
+    /// the job is no longer due; `Err` when this slurmctld lacks the
+    /// functions, the grace time is zero, or the job is heterogeneous or not
+    /// a requeueable batch job (the caller requeues at once instead).
+    pub fn begin_grace(&self, job_id: u32, still_due: impl FnOnce(Job<'_>) -> bool) -> Result<Option<(u32, i64)>, String> {
         let Some(g) = &self.grace else { return Err("slurmctld lacks job_signal/send_job_warn_signal/slurm_job_get_grace_time".into()) };
         // The requeue's locks, and the configuration's (read below).
         let mut l = locks(sys::WRITE_LOCK, sys::WRITE_LOCK, sys::NO_LOCK, sys::READ_LOCK);
@@ -241,10 +242,25 @@ impl Slurmctld {
         // SAFETY: as above (null gives None).
         let job = unsafe { Job::from_ptr(ptr) };
         match job {
-            Some(job) if still_due(job) => {}
+            Some(job) if still_due(job) => {
+                // A heterogeneous job's components would each need the grace
+                // (slurmctld's time-limit pass preempts them one by one, and
+                // one without would be preempted with no preemptor, which
+                // slurmctld does not expect); a job that cannot be requeued
+                // would be killed at the grace's end where a failed requeue
+                // leaves it running. Both are requeued at once, as before.
+                if job.is_heterogeneous() {
+                    return Err("a heterogeneous job".into());
+                }
+                if !job.is_batch() || !job.requeue_allowed() {
+                    return Err("not a batch job that may be requeued".into());
+                }
+            }
             _ => return Ok(None),
         }
         let send_user_signal = sends_user_signal();
+        // SAFETY: time(NULL) only reads the clock.
+        let now = unsafe { libc::time(std::ptr::null_mut()) };
         // SAFETY: the record is valid (above) and the job write lock is held, so this thread alone reads and writes it.
         unsafe {
             let grace = (g.grace_time)(ptr);
@@ -252,15 +268,22 @@ impl Slurmctld {
                 return Err("its grace time is zero".into());
             }
             let raw = &mut *ptr;
-            raw.preempt_time = now as libc::time_t;
-            raw.end_time = raw.end_time.min(now as libc::time_t + grace as libc::time_t);
+            raw.preempt_time = now;
+            raw.end_time = raw.end_time.min(now + grace as libc::time_t);
             if send_user_signal && raw.warn_signal != 0 && raw.warn_flags & WARN_SENT == 0 {
                 (g.send_warn_signal)(ptr, true);
             } else {
                 (g.job_signal)(ptr, libc::SIGCONT as u16, 0, 0, false);
                 (g.job_signal)(ptr, libc::SIGTERM as u16, 0, 0, false);
             }
-            Ok(Some(grace))
+            // From 24.11 slurmctld marks the job (slurm.h's GRACE_PREEMPT,
+            // SLURM_BIT(7)): one that exits in its grace time is then
+            // requeued by slurmctld itself and recorded PREEMPTED.
+            #[cfg(slurm_ge_24_11)]
+            {
+                raw.bit_flags |= 1 << 7;
+            }
+            Ok(Some((grace, now)))
         }
     }
 

@@ -195,6 +195,16 @@ impl<'a> Job<'a> {
         self.details().map_or(0, |d| d.begin_time)
     }
     /// The job may be requeued (`--requeue`, or JobRequeue=1 by default).
+    /// A component of a heterogeneous job (its leader included).
+    pub fn is_heterogeneous(&self) -> bool {
+        self.raw.het_job_id != 0
+    }
+
+    /// A batch job (sbatch), not an allocation (salloc, srun).
+    pub fn is_batch(&self) -> bool {
+        self.raw.batch_flag != 0
+    }
+
     pub fn requeue_allowed(&self) -> bool {
         self.details().is_some_and(|d| d.requeue != 0 && d.requeue != sys::NO_VAL16)
     }
