@@ -506,8 +506,8 @@ done
 # into one directory (patchelf points the program at them), so that it runs
 # on this Debian 12 host; file capabilities let it checkpoint and restore
 # the caller's own processes: CAP_CHECKPOINT_RESTORE (Linux 5.9+), and
-# CAP_SETPCAP because a restore drops from the bounding set what the image's
-# lacks, which needs it wherever the bounding set is not full (containers).
+# CAP_SETPCAP where the bounding set is not full (containers, this kind of
+# test machine): a restore drops from it what the image's lacks.
 # It cannot dump or restore another user's processes (the kernel's ptrace
 # check), nor restore as another uid (no CAP_SETUID).
 readonly CRIU_DIR=/usr/local/lib/allot/criu.d
@@ -516,8 +516,15 @@ install_criu() {
     root=$(release_field 24.11 root)
     ensure_trixie_root "$root" criu
     version=$(chroot "$root" dpkg-query -W -f='${Version}' criu)
+    # CAP_SETPCAP only where a restore needs it: a bounding set that is not
+    # full (criu drops from it what the image's lacks, and the kernel asks
+    # for CAP_SETPCAP even to drop what is already gone).
+    local caps=cap_checkpoint_restore bnd full
+    bnd=$(awk '/^CapBnd:/ { print $2 }' /proc/self/status)
+    full=$(printf '%016x' $(((1 << ($(cat /proc/sys/kernel/cap_last_cap) + 1)) - 1)))
+    [[ $bnd == "$full" ]] || caps=cap_setpcap,cap_checkpoint_restore # getcap's order
     if [[ -x $CRIU_DIR/criu && -f $CRIU_DIR/VERSION && $(cat "$CRIU_DIR/VERSION") == "$version" ]] \
-        && getcap "$CRIU_DIR/criu" | grep -q cap_checkpoint_restore; then
+        && [[ $(getcap "$CRIU_DIR/criu" | cut -d' ' -f2) == "$caps=ep" ]]; then
         step "criu $version present in $CRIU_DIR"
         return 0
     fi
@@ -537,7 +544,7 @@ install_criu() {
     chmod 755 "$scratch"
     rm -rf "$CRIU_DIR"
     mv "$scratch" "$CRIU_DIR"
-    setcap cap_checkpoint_restore,cap_setpcap+eip "$CRIU_DIR/criu"
+    setcap "$caps+ep" "$CRIU_DIR/criu"
     ln -sfn criu.d/criu "$(dirname "$CRIU_DIR")/criu"
     "$CRIU_DIR/criu" check >/dev/null 2>&1 || die "$CRIU_DIR/criu check fails on this kernel: $("$CRIU_DIR/criu" check 2>&1 | tail -n 3)"
     step "criu: $("$CRIU_DIR/criu" --version | head -n 1), capabilities $(getcap "$CRIU_DIR/criu" | cut -d' ' -f2)"

@@ -28,10 +28,13 @@ pub struct StoreArg {
 
 impl StoreArg {
     fn dir(&self) -> Result<PathBuf> {
-        self.store
+        let dir = self
+            .store
             .clone()
             .or_else(store::default_store)
-            .ok_or_else(|| anyhow!("no session store: give --store DIR (or set ALLOT_SESSION_STORE; there is no $HOME)"))
+            .ok_or_else(|| anyhow!("no session store: give --store DIR (or set ALLOT_SESSION_STORE; there is no $HOME)"))?;
+        // Absolute: the job runs it from elsewhere.
+        Ok(if dir.is_absolute() { dir } else { std::env::current_dir()?.join(dir) })
     }
     fn session(&self, name: &str) -> Result<PathBuf> {
         store::check_name(name)?;
@@ -42,6 +45,7 @@ impl StoreArg {
             Ok(_) => {}
         }
         store::check_private(&dir, true)?;
+        store::check_ancestors(&dir)?;
         Ok(dir)
     }
 }
@@ -71,6 +75,13 @@ pub enum SessionCommand {
         /// The program and its arguments (after `--`).
         #[arg(last = true)]
         command: Vec<String>,
+    },
+    /// Submit a new job for a session whose job has ended (its time limit,
+    /// a cancel) and that kept a checkpoint: the job restores it.
+    Resume {
+        name: String,
+        #[command(flatten)]
+        store: StoreArg,
     },
     /// Connect this terminal to a running session (detach with Ctrl-\).
     Attach {
@@ -104,6 +115,7 @@ pub enum SessionCommand {
 pub fn run(cmd: SessionCommand) -> Result<i32> {
     match cmd {
         SessionCommand::Start { name, min_runtime, sbatch, criu, dtach, store, command } => start(&name, &min_runtime, &sbatch, criu, dtach, &store, command),
+        SessionCommand::Resume { name, store } => resume(&store.session(&name)?),
         SessionCommand::Attach { name, store } => attach(&store.session(&name)?),
         SessionCommand::Send { name, text, store } => send(&store.session(&name)?, &text),
         SessionCommand::List { store } => list(&store),
@@ -134,54 +146,99 @@ fn start(name: &str, min_runtime: &str, sbatch: &[String], criu: PathBuf, dtach:
     store::check_name(name)?;
     let root = store_arg.dir()?;
     store::ensure_private_dir(&root)?;
+    store::check_ancestors(&root)?;
     let dir = root.join(name);
     if dir.exists() {
         bail!("session {name:?} exists ({}): attach to it, or `allot session stop {name}` first", dir.display());
     }
     store::ensure_private_dir(&dir)?;
     let command = if command.is_empty() { vec![std::env::var("SHELL").unwrap_or_else(|_| "/bin/bash".into()), "-i".into()] } else { command };
-    let mut settings = store::Settings {
+    let settings = store::Settings {
         name: name.into(),
         command,
         cwd: std::env::current_dir().context("the current directory")?,
         criu: resolve(criu),
         dtach: resolve(dtach),
         min_runtime: min_runtime.into(),
+        sbatch: sbatch.to_vec(),
         job: None,
     };
     store::write_settings(&dir, &settings)?;
+    match submit(&dir, settings) {
+        Ok(job) => {
+            println!(
+                "session {name}: job {job}, minimum runtime {min_runtime}; `allot session attach {name}` once it runs (log: {})",
+                dir.join(store::LOG).display()
+            );
+            Ok(0)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
+    }
+}
+
+/// Submits the session's job (`start`, `resume`) and records its id.
+fn submit(dir: &Path, mut settings: store::Settings) -> Result<u32> {
     let me = std::env::current_exe().context("the allot command's own path")?;
     let script = format!(
         "exec {} session run {}",
         shlex::try_quote(&me.to_string_lossy()).map_err(|e| anyhow!("{e}"))?,
         shlex::try_quote(&dir.to_string_lossy()).map_err(|e| anyhow!("{e}"))?
     );
-    let log = dir.join(store::LOG);
+    // sbatch expands % in --output (%j, ...): a literal one is %%.
+    let log = dir.join(store::LOG).to_string_lossy().replace('%', "%%");
     let out = Command::new("sbatch")
         .args(["--parsable", "--requeue", "--open-mode=append", "--signal=B:USR1@60"])
-        .arg(format!("--job-name=allot-session:{name}"))
-        .arg(format!("--comment={COMMENT_WORD}{name} min_runtime={min_runtime}"))
-        .arg(format!("--output={}", log.display()))
-        .args(sbatch)
+        .arg(format!("--job-name=allot-session:{}", settings.name))
+        .arg(format!("--comment={COMMENT_WORD}{} min_runtime={}", settings.name, settings.min_runtime))
+        .arg(format!("--output={log}"))
+        .args(&settings.sbatch)
         .arg(format!("--wrap={script}"))
         .output()
         .context("cannot run sbatch")?;
     if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&dir);
         bail!("sbatch refused the session: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let job: u32 = String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap_or("").parse().context("sbatch printed no job id")?;
     settings.job = Some(job);
-    store::write_settings(&dir, &settings)?;
-    println!("session {name}: job {job}, minimum runtime {min_runtime}; `allot session attach {name}` once it runs (log: {})", log.display());
+    store::write_settings(dir, &settings)?;
+    Ok(job)
+}
+
+fn resume(dir: &Path) -> Result<i32> {
+    let s = store::read_settings(dir)?;
+    if let Some(job) = s.job {
+        if let Some((state, _)) = job_state(job)? {
+            bail!("session {}'s job {job} is {state}: it restores the checkpoint itself when it runs", s.name);
+        }
+    }
+    if store::read_checkpoint(&dir.join(store::IMAGE)).is_none() {
+        bail!("session {} has no checkpoint to restore (see {})", s.name, dir.join(store::LOG).display());
+    }
+    let _ = std::fs::remove_file(dir.join(store::STOPPING));
+    let name = s.name.clone();
+    let job = submit(dir, s)?;
+    println!("session {name}: job {job} restores its checkpoint when it runs");
     Ok(0)
 }
 
-fn job_state(job: u32) -> Option<(String, String)> {
-    let out = Command::new("squeue").args(["-h", "-j", &job.to_string(), "-o", "%T %N"]).output().ok()?;
+/// The job's state and nodes from squeue; `Ok(None)` once it has left the
+/// queue (ended); `Err` when squeue cannot say.
+fn job_state(job: u32) -> Result<Option<(String, String)>> {
+    let out = Command::new("squeue").args(["-h", "-j", &job.to_string(), "-o", "%T %N"]).output().context("cannot run squeue")?;
     let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        // A job slurmctld has forgotten: squeue says so and fails.
+        if err.contains("Invalid job id") {
+            return Ok(None);
+        }
+        bail!("squeue -j {job}: {}", err.trim());
+    }
     let mut words = text.split_whitespace();
-    Some((words.next()?.to_string(), words.next().unwrap_or("").to_string()))
+    Ok(words.next().map(|state| (state.to_string(), words.next().unwrap_or("").to_string())))
 }
 
 /// dtach's socket is on the node the job runs on: from there (or a
@@ -197,24 +254,41 @@ fn attach(dir: &Path) -> Result<i32> {
         Command::new(&s.dtach).arg("-a").arg(&socket).arg("-z").status()
     } else {
         let job = s.job.ok_or_else(|| anyhow!("session {} has no job", s.name))?;
-        match job_state(job) {
-            Some((state, _)) if state == "RUNNING" => {}
-            Some((state, _)) => bail!("session {}'s job {job} is {state}: attach once it runs", s.name),
-            None => bail!("session {}'s job {job} is not in the queue (see {})", s.name, dir.join(store::LOG).display()),
-        }
+        running_job(&s, dir)?;
         Command::new("srun").args(["--jobid", &job.to_string(), "--overlap", "--pty"]).arg(&s.dtach).arg("-a").arg(&socket).arg("-z").status()
     }
     .context("cannot run dtach")?;
     Ok(status.code().unwrap_or(1))
 }
 
+/// The session's job, which must be running.
+fn running_job(s: &store::Settings, dir: &Path) -> Result<u32> {
+    let job = s.job.ok_or_else(|| anyhow!("session {} has no job", s.name))?;
+    match job_state(job)? {
+        Some((state, _)) if state == "RUNNING" => Ok(job),
+        Some((state, _)) => bail!("session {}'s job {job} is {state}: once it runs", s.name),
+        None => bail!(
+            "session {}'s job {job} has ended (see {}; `allot session resume {}` if it kept a checkpoint)",
+            s.name,
+            dir.join(store::LOG).display(),
+            s.name
+        ),
+    }
+}
+
 fn send(dir: &Path, text: &str) -> Result<i32> {
     use std::io::Write;
     let s = store::read_settings(dir)?;
-    if !dtach_here(dir) {
-        bail!("session {} is not reachable from this node (is its job running? see `allot session list`)", s.name);
-    }
-    let mut child = Command::new(&s.dtach).arg("-p").arg(dir.join(store::SOCKET)).stdin(std::process::Stdio::piped()).spawn().context("cannot run dtach")?;
+    let socket = dir.join(store::SOCKET);
+    let mut cmd = if dtach_here(dir) {
+        Command::new(&s.dtach)
+    } else {
+        let job = running_job(&s, dir)?;
+        let mut c = Command::new("srun");
+        c.args(["--jobid", &job.to_string(), "--overlap", "--quiet"]).arg(&s.dtach);
+        c
+    };
+    let mut child = cmd.arg("-p").arg(&socket).stdin(std::process::Stdio::piped()).spawn().context("cannot run dtach")?;
     child.stdin.take().expect("piped").write_all(format!("{text}\n").as_bytes())?;
     Ok(child.wait()?.code().unwrap_or(1))
 }
@@ -233,26 +307,36 @@ fn list(store_arg: &StoreArg) -> Result<i32> {
         println!("no sessions in {}", root.display());
         return Ok(0);
     }
-    println!("{:<16} {:>8} {:<10} {:<10} last checkpoint", "SESSION", "JOB", "STATE", "NODE");
+    let width = names.iter().map(String::len).max().unwrap_or(0).max(7);
+    println!("{:<width$} {:>8} {:<10} {:<10} last checkpoint", "SESSION", "JOB", "STATE", "NODE");
     for name in names {
         let dir = root.join(&name);
-        let Ok(s) = store::read_settings(&dir) else {
-            println!("{name:<16} (not a session: {})", dir.display());
-            continue;
+        let s = match store::read_settings(&dir) {
+            Ok(s) => s,
+            Err(e) => {
+                println!("{name:<width$} (unreadable: {e:#})");
+                continue;
+            }
         };
-        let (state, node) = s.job.and_then(job_state).unwrap_or_else(|| ("ENDED".into(), String::new()));
+        let (state, node) = match s.job.map(job_state) {
+            None => ("-".into(), String::new()),
+            Some(Ok(Some(found))) => found,
+            Some(Ok(None)) => ("ENDED".into(), String::new()),
+            Some(Err(e)) => (format!("? ({e:#})"), String::new()),
+        };
         let checkpoint = match store::read_checkpoint(&dir.join(store::IMAGE)) {
             Some(cp) => format!(
-                "{} on {} ({:.1} MB), to be restored",
+                "{} on {} ({:.1} MB), {}",
                 humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(cp.at.max(0) as u64)),
                 cp.node,
-                cp.bytes as f64 / 1e6
+                cp.bytes as f64 / 1e6,
+                if state == "ENDED" { format!("kept: `allot session resume {name}` restores it") } else { "restored when the job runs".into() }
             ),
             None => "-".into(),
         };
         let failed = std::fs::read_dir(&dir).map(|e| e.flatten().filter(|e| e.file_name().to_string_lossy().starts_with("image.failed-")).count()).unwrap_or(0);
         let failed = if failed > 0 { format!("; {failed} kept after a failed restore") } else { String::new() };
-        println!("{name:<16} {:>8} {state:<10} {node:<10} {checkpoint}{failed}", s.job.map_or("-".into(), |j| j.to_string()));
+        println!("{name:<width$} {:>8} {state:<10} {node:<10} {checkpoint}{failed}", s.job.map_or("-".into(), |j| j.to_string()));
     }
     Ok(0)
 }
@@ -267,7 +351,7 @@ fn stop(dir: &Path) -> Result<i32> {
         }
         // The job's side ends the program (no checkpoint) on the signal.
         let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while job_state(job).is_some_and(|(state, _)| !state.is_empty()) && std::time::Instant::now() < until {
+        while matches!(job_state(job), Ok(Some(_))) && std::time::Instant::now() < until {
             std::thread::sleep(std::time::Duration::from_millis(200));
         }
     }

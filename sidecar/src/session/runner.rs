@@ -31,6 +31,7 @@ fn node() -> String {
 
 pub fn run(dir: &Path) -> Result<i32> {
     store::check_private(dir, true)?;
+    store::check_ancestors(dir)?;
     let settings = store::read_settings(dir)?;
     // Orphans (dtach's program, criu's restored tree) become our children, so
     // that we can wait for them.
@@ -74,12 +75,13 @@ pub fn run(dir: &Path) -> Result<i32> {
             return Ok(on_signal(dir, &image, &settings, pid));
         }
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(p, code)) if p == pid => {
-                say(&format!("the session's program ended (exit status {code}); session {} is over", settings.name));
-                return Ok(code);
+            // dtach ends when the program does (its own status is dtach's).
+            Ok(WaitStatus::Exited(p, _)) if p == pid => {
+                say(&format!("the session's program ended; session {} is over", settings.name));
+                return Ok(0);
             }
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                say(&format!("the session's program was killed by {sig}; session {} is over", settings.name));
+                say(&format!("the session's terminal (dtach) was killed by {sig}; session {} is over", settings.name));
                 return Ok(128 + sig as i32);
             }
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => std::thread::sleep(Duration::from_millis(100)),
@@ -94,6 +96,12 @@ pub fn run(dir: &Path) -> Result<i32> {
 fn start(dir: &Path, s: &store::Settings) -> Result<Pid> {
     let socket = dir.join(store::SOCKET);
     let _ = fs::remove_file(&socket);
+    if !s.cwd.is_dir() {
+        bail!("the session's directory {} is not on node {} (the session starts where `allot session start` ran)", s.cwd.display(), node());
+    }
+    if !s.dtach.is_file() {
+        bail!("dtach is not at {} on node {} (install dtach on the compute nodes, or give --dtach)", s.dtach.display(), node());
+    }
     let child = Command::new("setsid")
         .arg(&s.dtach)
         .arg("-N")
@@ -105,7 +113,7 @@ fn start(dir: &Path, s: &store::Settings) -> Result<Pid> {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .with_context(|| format!("cannot start setsid {} (is dtach installed on this node?)", s.dtach.display()))?;
+        .with_context(|| format!("cannot run setsid {} on node {}", s.dtach.display(), node()))?;
     let pid = Pid::from_raw(child.id() as i32);
     say(&format!(
         "started {} (pid {pid}); attach with `allot session attach {}`",
@@ -122,16 +130,28 @@ fn restore(dir: &Path, image: &Path, s: &store::Settings, cp: &store::Checkpoint
     image::check(image, uid, gid, &groups).context("refused")?;
     let _ = fs::remove_file(dir.join(store::SOCKET));
     let begun = Instant::now();
-    let out = Command::new(&s.criu)
-        .args(["restore", "--unprivileged", "--restore-detached", "--images-dir"])
-        .arg(image)
-        .args(["--log-file", "restore.log", "--pidfile", "restore.pid"])
-        .current_dir(&s.cwd)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {}", s.criu.display()))?;
-    if !out.status.success() {
-        bail!("criu restore failed ({}): {}", out.status, criu_errors(&image.join("restore.log"), &out.stderr));
+    // CRIU restores the processes with their own PIDs: on the node the
+    // session just left, the last ones may not be reaped yet. A few tries.
+    let mut tries = 0;
+    loop {
+        let out = Command::new(&s.criu)
+            .args(["restore", "--unprivileged", "--restore-detached", "--images-dir"])
+            .arg(image)
+            .args(["--log-file", "restore.log", "--pidfile", "restore.pid"])
+            .current_dir(image)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run {}", s.criu.display()))?;
+        if out.status.success() {
+            break;
+        }
+        let why = criu_errors(&image.join("restore.log"), &out.stderr);
+        tries += 1;
+        if !why.contains("File exists") || tries == 10 {
+            let taken = if why.contains("File exists") { " (a process ID the session needs is in use on this node)" } else { "" };
+            bail!("criu restore failed ({}){taken}: {why}", out.status);
+        }
+        std::thread::sleep(Duration::from_millis(500));
     }
     let pid: i32 = fs::read_to_string(image.join("restore.pid")).ok().and_then(|t| t.trim().parse().ok()).unwrap_or(cp.pid);
     say(&format!(
@@ -156,14 +176,15 @@ fn on_signal(dir: &Path, image: &Path, s: &store::Settings, pid: Pid) -> i32 {
         end(pid);
         return 0;
     }
-    say(&format!("grace signal: checkpointing session {}", s.name));
+    say(&format!("grace signal: checkpointing session {} (a checkpoint the grace time cuts short leaves no image, and the session starts afresh)", s.name));
     match checkpoint(dir, image, s, pid) {
         Ok(cp) => {
             say(&format!(
-                "checkpointed session {} in {:.2} s ({:.1} MB); it is restored when the job runs again",
+                "checkpointed session {} in {:.2} s ({:.1} MB); it is restored when the job runs again (if the job ends instead, at its time limit: `allot session resume {}`)",
                 s.name,
                 cp.dump_seconds,
-                cp.bytes as f64 / 1e6
+                cp.bytes as f64 / 1e6,
+                s.name
             ));
             0
         }
@@ -206,15 +227,38 @@ fn checkpoint(dir: &Path, image: &Path, s: &store::Settings, pid: Pid) -> Result
     };
     store::write_private(&fresh.join(store::CHECKPOINT), &serde_json::to_string_pretty(&cp)?)?;
     let _ = fs::remove_dir_all(image);
-    fs::rename(&fresh, image).with_context(|| format!("cannot rename {} to {}", fresh.display(), image.display()))?;
-    // criu's dump ended the processes; reap the session's first one.
-    let _ = waitpid(pid, Some(WaitPidFlag::WNOHANG));
+    if let Err(e) = fs::rename(&fresh, image) {
+        let _ = fs::remove_dir_all(&fresh);
+        bail!("cannot rename {} to {}: {e}", fresh.display(), image.display());
+    }
+    // criu's dump ended the processes: reap them all (ours as the subreaper)
+    // before the job ends, so that their PIDs are free for the restore.
+    reap_all(Duration::from_secs(5));
     Ok(cp)
 }
 
+/// Reaps every child until none is left, or for `at_most`.
+fn reap_all(at_most: Duration) {
+    let until = Instant::now() + at_most;
+    while Instant::now() < until {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => return,
+            Ok(_) => {}
+        }
+    }
+}
+
 /// The session's programs get SIGTERM (what they would get without allot),
-/// then SIGKILL.
+/// then SIGKILL. dtach's program runs in a session and process group of its
+/// own (dtach's pty), so each of dtach's children's groups is signalled, then
+/// dtach.
 fn end(pid: Pid) {
+    let children = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for child in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+        let _ = killpg(Pid::from_raw(child), Signal::SIGTERM);
+    }
+    std::thread::sleep(Duration::from_millis(500));
     let _ = killpg(pid, Signal::SIGTERM);
     let _ = kill(pid, Signal::SIGTERM);
     let until = Instant::now() + Duration::from_secs(5);

@@ -26,6 +26,9 @@ pub struct Settings {
     pub criu: PathBuf,
     pub dtach: PathBuf,
     pub min_runtime: String,
+    /// The options for sbatch it was started with (`resume` submits again).
+    #[serde(default)]
+    pub sbatch: Vec<String>,
     /// The batch job, once submitted.
     pub job: Option<u32>,
 }
@@ -78,6 +81,39 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).with_context(|| format!("cannot chmod 700 {}", dir.display()))?;
     }
     check_private(dir, true)
+}
+
+/// A session directory must also be where nobody else can replace it: every
+/// directory above it (as written and as resolved) owned by root or the
+/// caller, and writable by nobody else unless sticky (as /tmp), as sshd's
+/// StrictModes asks of a home directory. Otherwise another user could swap
+/// the session for a link to their own between the checks and criu's read.
+pub fn check_ancestors(dir: &Path) -> Result<()> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let absolute = if dir.is_absolute() { dir.to_path_buf() } else { std::env::current_dir()?.join(dir) };
+    let resolved = fs::canonicalize(&absolute).with_context(|| format!("cannot resolve {}", absolute.display()))?;
+    for path in [&absolute, &resolved] {
+        for ancestor in path.ancestors().skip(1) {
+            let meta = fs::metadata(ancestor).with_context(|| format!("cannot read {}", ancestor.display()))?;
+            let mode = meta.mode();
+            if meta.uid() != 0 && meta.uid() != uid {
+                bail!(
+                    "{} belongs to uid {}: a session must sit in directories only you and root own ({} is under it)",
+                    ancestor.display(),
+                    meta.uid(),
+                    dir.display()
+                );
+            }
+            if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+                bail!(
+                    "{} has mode {:o}: others may replace what is in it, so a session under it is not private (choose a --store whose directories only you can write, or make it sticky, chmod +t)",
+                    ancestor.display(),
+                    mode & 0o7777
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `path` must be the caller's own, not a symbolic link, and (for a
@@ -170,5 +206,16 @@ mod tests {
         check_private(&file, false).unwrap();
         fs::set_permissions(&file, fs::Permissions::from_mode(0o666)).unwrap();
         assert!(check_private(&file, false).unwrap_err().to_string().contains("go-w"));
+        // Under a directory others may write (not sticky): refused; sticky: fine.
+        check_ancestors(&dir).unwrap();
+        let open = tmp.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o777)).unwrap();
+        let under = open.join("s");
+        ensure_private_dir(&under).unwrap();
+        let e = check_ancestors(&under).unwrap_err().to_string();
+        assert!(e.contains("mode 777") && e.contains("others may replace"), "{e}");
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o1777)).unwrap();
+        check_ancestors(&under).unwrap();
     }
 }

@@ -49,7 +49,15 @@ fn log(c: &TestCluster, user: &str, name: &str) -> String {
 }
 
 fn wait_log(c: &TestCluster, user: &str, name: &str, what: &str, count: usize) {
-    c.wait_for(&format!("{count} x {what:?} in {name}'s log:\n{}", log(c, user, name)), secs(90), || log(c, user, name).matches(what).count() >= count);
+    let deadline = std::time::Instant::now() + secs(90);
+    while log(c, user, name).matches(what).count() < count {
+        if std::time::Instant::now() > deadline {
+            // The log as it is now, and Slurm's view (wait_for's panic).
+            let now = log(c, user, name);
+            c.wait_for(&format!("{count} x {what:?} in {name}'s log:\n{now}"), secs(0), || false);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
 }
 
 /// Starts a Python session for alice on n1 and waits until it runs.
@@ -331,4 +339,25 @@ fn s4_a_session_criu_cannot_dump_gets_the_plain_grace_signal_and_says_why() {
 fn session_pid(c: &TestCluster, name: &str) -> u32 {
     let l = log(c, "alice", name);
     l.split("(pid ").nth(1).and_then(|t| t.split(')').next()).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in the log:\n{l}"))
+}
+
+#[test]
+fn s5_a_session_whose_job_ended_after_its_checkpoint_is_resumed_by_a_new_job() {
+    // As at the job's time limit: the warning signal checkpoints the
+    // session, then the job ends and nothing requeues it.
+    let c = TestCluster::start("session-resume", BUDGET, Options::default());
+    let job = start_python(&c, "nb", &[]);
+    send(&c, "nb", "y = 'kept'");
+    let out = c.slurm(None, "scancel", &["--signal=USR1", "--batch", &job.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_log(&c, "alice", "nb", "checkpointed session nb", 1);
+    c.wait_for("the job ends after its checkpoint", secs(30), || c.job(job).state() == "COMPLETED");
+    let out = session(&c, "alice", &["send", "nb", "print(y)"]);
+    assert!(!out.status.success() && text(&out).contains("allot session resume nb"), "{}", text(&out));
+    let out = session(&c, "alice", &["resume", "nb"]);
+    assert!(out.status.success(), "{}", text(&out));
+    wait_log(&c, "alice", "nb", "restored session nb", 1);
+    assert_eq!(ask(&c, "nb", "y"), "kept");
+    let out = session(&c, "alice", &["resume", "nb"]);
+    assert!(!out.status.success() && text(&out).contains("RUNNING"), "a second resume while the job runs: {}", text(&out));
 }
