@@ -110,6 +110,14 @@ pub enum SessionCommand {
     /// The job's side of a session (the batch script `start` submits).
     #[command(hide = true)]
     Run { dir: PathBuf },
+    /// The session's first process, inside the checkpoint: runs COMMAND and
+    /// adopts the session's orphans (a daemon started with `setsid ... &`),
+    /// so that they stay in the tree criu dumps.
+    #[command(hide = true)]
+    Reap {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 pub fn run(cmd: SessionCommand) -> Result<i32> {
@@ -121,6 +129,7 @@ pub fn run(cmd: SessionCommand) -> Result<i32> {
         SessionCommand::List { store } => list(&store),
         SessionCommand::Stop { name, store } => stop(&store.session(&name)?),
         SessionCommand::Run { dir } => runner::run(&dir),
+        SessionCommand::Reap { command } => runner::reap(&command),
     }
 }
 

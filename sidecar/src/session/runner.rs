@@ -75,13 +75,13 @@ pub fn run(dir: &Path) -> Result<i32> {
             return Ok(on_signal(dir, &image, &settings, pid));
         }
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            // dtach ends when the program does (its own status is dtach's).
+            // dtach, and so the first process, ends when the program does.
             Ok(WaitStatus::Exited(p, _)) if p == pid => {
                 say(&format!("the session's program ended; session {} is over", settings.name));
                 return Ok(0);
             }
             Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => {
-                say(&format!("the session's terminal (dtach) was killed by {sig}; session {} is over", settings.name));
+                say(&format!("the session's first process was killed by {sig}; session {} is over", settings.name));
                 return Ok(128 + sig as i32);
             }
             Ok(WaitStatus::StillAlive) | Err(nix::errno::Errno::ECHILD) => std::thread::sleep(Duration::from_millis(100)),
@@ -102,7 +102,10 @@ fn start(dir: &Path, s: &store::Settings) -> Result<Pid> {
     if !s.dtach.is_file() {
         bail!("dtach is not at {} on node {} (install dtach on the compute nodes, or give --dtach)", s.dtach.display(), node());
     }
+    let me = std::env::current_exe().context("the allot command's own path")?;
     let child = Command::new("setsid")
+        .arg(me)
+        .args(["session", "reap", "--"])
         .arg(&s.dtach)
         .arg("-N")
         .arg(&socket)
@@ -237,6 +240,43 @@ fn checkpoint(dir: &Path, image: &Path, s: &store::Settings, pid: Pid) -> Result
     Ok(cp)
 }
 
+/// `allot session reap -- COMMAND`: the session's first process. A child
+/// subreaper, so that what the session leaves behind (a daemon, a `setsid
+/// ... &`) is re-parented to it, inside the tree criu dumps, rather than to
+/// the runner outside it (CRIU restores the subreaper flag). Ends when
+/// COMMAND (dtach) does; its status is COMMAND's.
+pub fn reap(command: &[String]) -> Result<i32> {
+    nix::sys::prctl::set_child_subreaper(true).context("prctl(PR_SET_CHILD_SUBREAPER)")?;
+    let (program, args) = command.split_first().ok_or_else(|| anyhow::anyhow!("allot session reap: no command"))?;
+    let child = Command::new(program).args(args).spawn().with_context(|| format!("cannot run {program}"))?;
+    let pid = Pid::from_raw(child.id() as i32);
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(WaitStatus::Exited(p, code)) if p == pid => return Ok(code),
+            Ok(WaitStatus::Signaled(p, sig, _)) if p == pid => return Ok(128 + sig as i32),
+            Err(nix::errno::Errno::ECHILD) => return Ok(0),
+            _ => {} // an orphan of the session: reaped
+        }
+    }
+}
+
+/// Every process below `pid` (from /proc's children lists).
+fn descendants(pid: Pid) -> Vec<Pid> {
+    let mut found = Vec::new();
+    let mut next = vec![pid];
+    while let Some(p) = next.pop() {
+        let tasks = fs::read_dir(format!("/proc/{p}/task")).map(|t| t.flatten().map(|e| e.path()).collect::<Vec<_>>()).unwrap_or_default();
+        for task in tasks {
+            let children = fs::read_to_string(task.join("children")).unwrap_or_default();
+            for c in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
+                found.push(Pid::from_raw(c));
+                next.push(Pid::from_raw(c));
+            }
+        }
+    }
+    found
+}
+
 /// Reaps every child until none is left, or for `at_most`.
 fn reap_all(at_most: Duration) {
     let until = Instant::now() + at_most;
@@ -254,9 +294,8 @@ fn reap_all(at_most: Duration) {
 /// own (dtach's pty), so each of dtach's children's groups is signalled, then
 /// dtach.
 fn end(pid: Pid) {
-    let children = fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-    for child in children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()) {
-        let _ = killpg(Pid::from_raw(child), Signal::SIGTERM);
+    for p in descendants(pid) {
+        let _ = killpg(p, Signal::SIGTERM);
     }
     std::thread::sleep(Duration::from_millis(500));
     let _ = killpg(pid, Signal::SIGTERM);

@@ -93,6 +93,10 @@ fn s1_a_session_preempted_by_another_team_comes_back_with_its_state_on_another_n
     let job = start_python(&c, "nb", &[]);
     send(&c, "nb", "import os; x = 42; os.chdir('/tmp')");
     assert_eq!(ask(&c, "nb", "(x, os.getcwd())"), "(42, '/tmp')");
+    // A daemon the session leaves behind (its shell exits at once).
+    send(&c, "nb", "os.system('setsid sleep 1001 &')");
+    let first = session_pid(&c, "nb");
+    c.wait_for("the session's daemon runs", secs(10), || daemons_of(first, 1001).len() == 1);
     // Team B (unused) needs all of n1 once the session is past its 10 s.
     std::thread::sleep(secs(10));
     let b = c.sbatch("bob", &["--account=teamb", "--nodelist=n1", "--gres=gpu:8", "--comment=min_runtime=5s", &sleep_job(15)]).unwrap();
@@ -109,6 +113,10 @@ fn s1_a_session_preempted_by_another_team_comes_back_with_its_state_on_another_n
     assert_eq!(ask(&c, "nb", "(x, os.getcwd())"), "(42, '/tmp')", "the restored session lost its state:\n{l}");
     send(&c, "nb", "x += 1");
     assert_eq!(ask(&c, "nb", "x"), "43");
+    // The daemon came back too, still the session's (adopted by its first
+    // process, which the restore made again with the same PID).
+    assert_eq!(session_pid(&c, "nb"), first);
+    assert_eq!(daemons_of(first, 1001).len(), 1, "the session's daemon did not come back: alice's are {:?}", daemons(1001));
     // allot why tells the session, its preemption and its two runs.
     c.wait_for("allot why shows the preemption and the second run", secs(30), || {
         let why = text(&c.allot(&["why", &job.to_string()]));
@@ -335,7 +343,23 @@ fn s4_a_session_criu_cannot_dump_gets_the_plain_grace_signal_and_says_why() {
     c.wait_for("the job ends", secs(30), || c.job(job).state() != "RUNNING");
 }
 
-/// The PID of the session's first process (dtach's), from its log.
+/// alice's `sleep SECONDS` processes.
+fn daemons(seconds: u32) -> Vec<u32> {
+    let out = std::process::Command::new("pgrep").args(["-u", "alice", "-f", &format!("^sleep {seconds}$")]).output().unwrap();
+    String::from_utf8_lossy(&out.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+/// Those of them whose parent is `parent`.
+fn daemons_of(parent: u32, seconds: u32) -> Vec<u32> {
+    daemons(seconds).into_iter().filter(|&p| parent_of(p) == parent).collect()
+}
+
+fn parent_of(pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.lines().find_map(|l| l.strip_prefix("PPid:")).and_then(|p| p.trim().parse().ok()).unwrap_or(0)
+}
+
+/// The PID of the session's first process (`allot session reap`), from its log.
 fn session_pid(c: &TestCluster, name: &str) -> u32 {
     let l = log(c, "alice", name);
     l.split("(pid ").nth(1).and_then(|t| t.split(')').next()).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no pid in the log:\n{l}"))
