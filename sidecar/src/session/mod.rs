@@ -336,7 +336,7 @@ fn list(store_arg: &StoreArg) -> Result<i32> {
         let checkpoint = match store::read_checkpoint(&dir.join(store::IMAGE)) {
             Some(cp) => format!(
                 "{} on {} ({:.1} MB), {}",
-                humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + std::time::Duration::from_secs(cp.at.max(0) as u64)),
+                crate::format_time(cp.at),
                 cp.node,
                 cp.bytes as f64 / 1e6,
                 if state == "ENDED" { format!("kept: `allot session resume {name}` restores it") } else { "restored when the job runs".into() }

@@ -53,7 +53,7 @@ pub fn run(dir: &Path) -> Result<i32> {
                 say(&format!(
                     "the checkpoint of {} ({} on node {}) was not restored: {e:#}. It is kept in {} for another try (move it back to {} and requeue the job); the session starts afresh",
                     settings.name,
-                    humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(cp.at.max(0) as u64)),
+                    crate::format_time(cp.at),
                     cp.node,
                     kept.display(),
                     image.display()
@@ -162,7 +162,7 @@ fn restore(dir: &Path, image: &Path, s: &store::Settings, cp: &store::Checkpoint
         s.name,
         node(),
         begun.elapsed().as_secs_f64(),
-        humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_secs(cp.at.max(0) as u64)),
+        crate::format_time(cp.at),
         cp.node,
         cp.bytes as f64 / 1e6,
         s.name
@@ -221,13 +221,8 @@ fn checkpoint(dir: &Path, image: &Path, s: &store::Settings, pid: Pid) -> Result
         let _ = fs::remove_dir_all(&fresh);
         bail!("criu dump failed ({}): {why}", out.status);
     }
-    let cp = store::Checkpoint {
-        at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0),
-        node: node(),
-        pid: pid.as_raw(),
-        bytes: store::size_of(&fresh),
-        dump_seconds: begun.elapsed().as_secs_f64(),
-    };
+    let cp =
+        store::Checkpoint { at: crate::now(), node: node(), pid: pid.as_raw(), bytes: store::size_of(&fresh), dump_seconds: begun.elapsed().as_secs_f64() };
     store::write_private(&fresh.join(store::CHECKPOINT), &serde_json::to_string_pretty(&cp)?)?;
     let _ = fs::remove_dir_all(image);
     if let Err(e) = fs::rename(&fresh, image) {

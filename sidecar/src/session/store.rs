@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// What `allot session start` decided; the job's side reads it at every run
@@ -156,16 +156,10 @@ pub fn read_checkpoint(image: &Path) -> Option<Checkpoint> {
     serde_json::from_str(&fs::read_to_string(path).ok()?).ok()
 }
 
-/// Writes `text` into `path` (mode 0600) through a temporary file and a
-/// rename, so that a reader never sees half of it.
+/// Writes `text` into `path` (mode 0600 when new) through a temporary file
+/// and a rename, so that a reader never sees half of it.
 pub fn write_private(path: &Path, text: &str) -> Result<()> {
-    use std::io::Write;
-    let dir = path.parent().ok_or_else(|| anyhow!("{} has no directory", path.display()))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write in {}", dir.display()))?;
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| anyhow!("cannot write {}: {}", path.display(), e.error))?;
-    Ok(())
+    crate::budget_cmd::write_atomically(path, text).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// The bytes under `dir` (a checkpoint's size).
