@@ -530,6 +530,7 @@ install_criu() {
     fi
     step "criu $version from $root into $CRIU_DIR"
     local scratch lib libs name
+    mkdir -p "$(dirname "$CRIU_DIR")" # a fresh machine has no /usr/local/lib/allot yet
     scratch=$(mktemp -d "$(dirname "$CRIU_DIR")/criu.XXXXXX")
     cp "$root/usr/sbin/criu" "$scratch/criu"
     cp -L "$root/lib64/ld-linux-x86-64.so.2" "$scratch/ld-linux-x86-64.so.2"
