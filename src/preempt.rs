@@ -18,7 +18,27 @@
 //!    declared priority is strictly higher (low < normal < high) **and** the
 //!    waiting job declares a minimum runtime no longer than the running
 //!    job's (`preempt_within_team`, on by default; off: jobs of the same
-//!    leaf never preempt each other).
+//!    leaf never preempt each other);
+//! 6. a **long-waiting large job** (allocated, more than `small_job_gpus`
+//!    GPUs, queued for at least `large_job_wait`, off by default, of a leaf
+//!    that has used less than its share over the window) needs no margin in
+//!    rule 4, as a small job, from a running job that has run at least the
+//!    waiting job's own minimum runtime too. It keeps its place in the order.
+//!
+//! Why rule 6: a job of many GPUs needs whole nodes free at one moment.
+//! Runs end and start at different times, and rule 4 asks every run on
+//! those nodes to be past its guarantee and of a leaf above the waiting one
+//! by the margin at that moment: at sustained load such a job can wait for
+//! days while its budget is under its share (fragmentation), and GPUs idle
+//! while the nodes it waits for drain. Without the margin, after a long
+//! wait, the nodes where every run is past its guarantee and of a leaf
+//! above its own are enough more often (Slurm's node selection with
+//! preemption picks them). No run loses its minimum runtime, the job pays
+//! for what it gets, and a budget over its share gets nothing from the
+//! rule. Its anti-thrash part: a run taken by rule 6 has run at least the
+//! taker's minimum runtime, so a requeued run is not taken again within
+//! the guarantee of the job that would take it, and two large jobs of
+//! leaves under their shares take turns no faster than their guarantees.
 //!
 //! Why a margin: two teams with equal shares trade places in the order as
 //! soon as one of them runs a little more. Without a margin each would
@@ -108,6 +128,9 @@ pub struct WaitingJob {
     /// The most GPUs it can be given (all nodes together): what decides
     /// whether it is small, so a request that may grow counts as its largest.
     pub gpus: u32,
+    /// Since when it waits (Slurm: its eligible time), for rule 6; `None`:
+    /// not known, never a long wait.
+    pub queued_since: Option<UnixTime>,
 }
 
 impl WaitingJob {
@@ -130,6 +153,9 @@ pub struct PreemptRules {
     pub small_job_gpus: u32,
     /// ... and a minimum runtime of at most this many seconds needs no margin.
     pub small_job_min_runtime: i64,
+    /// Rule 6: a larger job waiting this long (seconds; 0: never) of a leaf
+    /// under its share may preempt any job past its minimum runtime.
+    pub large_job_wait: i64,
 }
 
 impl Default for PreemptRules {
@@ -145,7 +171,19 @@ impl PreemptRules {
             smallest_first: s.preempt_smallest_first,
             small_job_gpus: s.small_job_gpus,
             small_job_min_runtime: s.small_job_min_runtime,
+            large_job_wait: s.large_job_wait,
         }
+    }
+
+    /// Whether rule 6 applies to `job` at `now`: allocated, more GPUs than a
+    /// small job, waiting at least `large_job_wait` (when that is above 0),
+    /// and its leaf has used less than its share over the window.
+    pub fn is_long_waiting(&self, job: &WaitingJob, now: UnixTime, ranking: &Ranking) -> bool {
+        self.large_job_wait > 0
+            && job.is_allocated()
+            && job.gpus > self.small_job_gpus
+            && job.queued_since.is_some_and(|since| now.saturating_sub(since) >= self.large_job_wait)
+            && job.leaf.is_some_and(|leaf| (leaf as usize) < ranking.leaves() && under_share(ranking, leaf))
     }
 
     /// Whether `job` is a small job (rule 4 without the margin): allocated,
@@ -198,6 +236,12 @@ pub enum PreemptDecision {
     NoSameLeafLongerGuarantee { preemptee_min_runtime: i64, preemptor_min_runtime: i64 },
     /// The running job's allocation is not far enough above the waiting one's.
     NoNotOutranked(Comparison),
+    /// Rule 6: the waiting job is large and has waited `waited` seconds (at
+    /// least `large_job_wait`) while its allocation was under its share; the
+    /// running job's allocation is above it (no margin: `comparison.margin`
+    /// is 0), and the running job has run at least both jobs' minimum
+    /// runtimes.
+    YesLongWait { waited: i64, comparison: Comparison },
 }
 
 /// Two allocations compared where their paths part.
@@ -215,7 +259,13 @@ pub struct Comparison {
 
 impl PreemptDecision {
     pub fn allowed(&self) -> bool {
-        matches!(self, PreemptDecision::YesUnallocated | PreemptDecision::YesOutranked(_) | PreemptDecision::YesHigherPriority { .. })
+        matches!(
+            self,
+            PreemptDecision::YesUnallocated
+                | PreemptDecision::YesOutranked(_)
+                | PreemptDecision::YesHigherPriority { .. }
+                | PreemptDecision::YesLongWait { .. }
+        )
     }
 }
 
@@ -259,6 +309,14 @@ impl fmt::Display for PreemptDecision {
                 percent_of_share(c.preemptor_ratio),
                 percent_of_share(c.margin)
             ),
+            PreemptDecision::YesLongWait { waited, comparison: c } => write!(
+                f,
+                "its allocation has used {} of its share in the window, the waiting job's {}, and the waiting job is large and has waited {} (no margin), \
+                 and the running job has run at least both jobs' minimum runtimes",
+                percent_of_share(c.preemptee_ratio),
+                percent_of_share(c.preemptor_ratio),
+                crate::duration::format_duration(*waited)
+            ),
         }
     }
 }
@@ -292,7 +350,13 @@ pub fn may_preempt_with(preemptee: &RunningJob, preemptor: &WaitingJob, now: Uni
     if victim == waiting {
         return if rules.within_team { within_team(&preemptee.contract, &preemptor.contract) } else { PreemptDecision::NoSameAllocation };
     }
-    outranks_by(victim, waiting, ranking, rules.margin_for(preemptor, ranking))
+    let decision = outranks_by(victim, waiting, ranking, rules.margin_for(preemptor, ranking));
+    if !decision.allowed() && rules.is_long_waiting(preemptor, now, ranking) && long_wait_victim(preemptee, preemptor, now) {
+        if let PreemptDecision::YesOutranked(c) = outranks_by(victim, waiting, ranking, 0.0) {
+            return PreemptDecision::YesLongWait { waited: now - preemptor.queued_since.unwrap_or(now), comparison: c };
+        }
+    }
+    decision
 }
 
 /// Rule 5 of [`may_preempt`] alone: may an allocated job with contract
@@ -340,6 +404,20 @@ pub fn outranks_by(victim: LeafId, waiting: LeafId, ranking: &Ranking, margin: f
     } else {
         PreemptDecision::NoNotOutranked(c)
     }
+}
+
+/// Rule 6's anti-thrash part: a run it takes is past its protection and
+/// has run at least the waiting job's own minimum runtime too, so a run
+/// that was preempted and restarted is never taken again within the
+/// guarantee of the job that would take it (stateless: the two jobs and
+/// `now`).
+pub fn long_wait_victim(preemptee: &RunningJob, preemptor: &WaitingJob, now: UnixTime) -> bool {
+    now >= preemptee.protected_until() && now >= preemptee.run_start.saturating_add(preemptor.contract.min_runtime)
+}
+
+/// Whether `leaf` has used less than its share over the window (rule 6).
+pub fn under_share(ranking: &Ranking, leaf: LeafId) -> bool {
+    ranking.standings[ranking.node_of(leaf) as usize].ratio < 1.0
 }
 
 /// Rule 4 at the two sibling nodes where the victim's and the waiting
@@ -524,8 +602,8 @@ mod tests {
         // 1 GPU, 10 h window: each team owns 5 GPU-hours. a used 4, b 1.
         let r = Ranking::compute(&t, &[4 * h, h], 1, 100 * h);
         let a_running = RunningJob { leaf: Some(0), contract: contract(2 * h), run_start: 97 * h };
-        let b_waiting = WaitingJob { leaf: Some(1), contract: contract(h), gpus: 8 };
-        let free_waiting = WaitingJob { leaf: Some(1), contract: contract(0), gpus: 8 };
+        let b_waiting = WaitingJob { leaf: Some(1), contract: contract(h), gpus: 8, queued_since: None };
+        let free_waiting = WaitingJob { leaf: Some(1), contract: contract(0), gpus: 8, queued_since: None };
         let free_running = RunningJob { leaf: Some(1), contract: contract(0), run_start: 99 * h };
 
         assert_eq!(may_preempt(&a_running, &free_waiting, 100 * h, &r), PreemptDecision::NoPreemptorUnallocated);
@@ -535,10 +613,10 @@ mod tests {
         assert!(may_preempt(&a_running, &b_waiting, 100 * h, &r).allowed());
         // The other way round: b is under-served, a may not take its GPUs.
         let b_running = RunningJob { leaf: Some(1), contract: contract(h), run_start: 0 };
-        let a_waiting = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8 };
+        let a_waiting = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8, queued_since: None };
         assert!(matches!(may_preempt(&b_running, &a_waiting, 100 * h, &r), PreemptDecision::NoNotOutranked(_)));
         // Same leaf, same priority: never (rule 5 or not).
-        let a_waiting_too = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8 };
+        let a_waiting_too = WaitingJob { leaf: Some(0), contract: contract(h), gpus: 8, queued_since: None };
         let off = PreemptRules { within_team: false, ..PreemptRules::default() };
         assert_eq!(may_preempt_with(&a_running, &a_waiting_too, 100 * h, &r, off), PreemptDecision::NoSameAllocation);
         assert!(matches!(may_preempt(&a_running, &a_waiting_too, 100 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
@@ -555,7 +633,7 @@ mod tests {
         let at = |m: i64, p: PriorityLevel| Contract { min_runtime: m, priority: p };
         use PriorityLevel::*;
         let training = RunningJob { leaf: Some(0), contract: at(2 * h, Normal), run_start: 97 * h };
-        let debug = WaitingJob { leaf: Some(0), contract: at(600, High), gpus: 8 };
+        let debug = WaitingJob { leaf: Some(0), contract: at(600, High), gpus: 8, queued_since: None };
         // Inside the victim's minimum runtime: no.
         assert_eq!(may_preempt(&training, &debug, 98 * h, &r), PreemptDecision::NoProtected { until: 99 * h });
         // Past it, strictly higher priority, shorter guarantee: yes.
@@ -564,18 +642,18 @@ mod tests {
         let off = PreemptRules { within_team: false, ..PreemptRules::default() };
         assert_eq!(may_preempt_with(&training, &debug, 99 * h, &r, off), PreemptDecision::NoSameAllocation);
         // A longer guarantee than the victim's: no.
-        let long = WaitingJob { leaf: Some(0), contract: at(3 * h, High), gpus: 8 };
+        let long = WaitingJob { leaf: Some(0), contract: at(3 * h, High), gpus: 8, queued_since: None };
         assert!(matches!(may_preempt(&training, &long, 99 * h, &r), PreemptDecision::NoSameLeafLongerGuarantee { .. }));
         // Equal or lower priority: no; and never the other way round.
         for p in [Low, Normal] {
-            let w = WaitingJob { leaf: Some(0), contract: at(600, p), gpus: 8 };
+            let w = WaitingJob { leaf: Some(0), contract: at(600, p), gpus: 8, queued_since: None };
             assert!(matches!(may_preempt(&training, &w, 99 * h, &r), PreemptDecision::NoSameLeafNotHigher { .. }));
         }
         let debug_running = RunningJob { leaf: Some(0), contract: at(600, High), run_start: 0 };
-        let training_waiting = WaitingJob { leaf: Some(0), contract: at(600, Normal), gpus: 8 };
+        let training_waiting = WaitingJob { leaf: Some(0), contract: at(600, Normal), gpus: 8, queued_since: None };
         assert!(!may_preempt(&debug_running, &training_waiting, 99 * h, &r).allowed());
         // Another leaf's high priority counts for nothing: rule 4 decides (equal use, within the margin).
-        let other = WaitingJob { leaf: Some(1), contract: at(600, High), gpus: 8 };
+        let other = WaitingJob { leaf: Some(1), contract: at(600, High), gpus: 8, queued_since: None };
         assert!(matches!(may_preempt(&training, &other, 99 * h, &r), PreemptDecision::NoNotOutranked(_)));
     }
 
@@ -586,7 +664,7 @@ mod tests {
         // a 0.54, b 0.46 of their shares: within the margin of 0.1.
         let r = Ranking::compute(&t, &[27 * h / 10, 23 * h / 10], 1, 100 * h);
         let training = RunningJob { leaf: Some(0), contract: contract(2 * h), run_start: 0 };
-        let b_job = |gpus, min_runtime| WaitingJob { leaf: Some(1), contract: contract(min_runtime), gpus };
+        let b_job = |gpus, min_runtime| WaitingJob { leaf: Some(1), contract: contract(min_runtime), gpus, queued_since: None };
         let rules = PreemptRules::default();
         assert_eq!((rules.small_job_gpus, rules.small_job_min_runtime), (8, 1800));
         // Small (at most 8 GPUs, at most 30 minutes): no margin.
@@ -603,14 +681,14 @@ mod tests {
         assert!(!may_preempt_with(&training, &b_job(1, 0), 100 * h, &r, rules).allowed());
         // Never the other way round: a's small job does not take b's GPUs.
         let b_running = RunningJob { leaf: Some(1), contract: contract(2 * h), run_start: 0 };
-        let a_small = WaitingJob { leaf: Some(0), contract: contract(600), gpus: 1 };
+        let a_small = WaitingJob { leaf: Some(0), contract: contract(600), gpus: 1, queued_since: None };
         assert!(!may_preempt_with(&b_running, &a_small, 100 * h, &r, rules).allowed());
     }
 
     #[test]
     fn small_job_nodes_take_small_and_unallocated_jobs_only() {
         let rules = PreemptRules::default();
-        let job = |leaf, gpus, min_runtime| WaitingJob { leaf, contract: contract(min_runtime), gpus };
+        let job = |leaf, gpus, min_runtime| WaitingJob { leaf, contract: contract(min_runtime), gpus, queued_since: None };
         assert!(rules.may_use_small_job_nodes(&job(Some(0), 1, 600)));
         assert!(rules.may_use_small_job_nodes(&job(Some(0), 8, 1800)));
         // Unallocated: any size, since any allocated job takes it at once.

@@ -48,6 +48,12 @@ pub struct ClusterSettings {
     pub small_job_gpus: u32,
     /// See `small_job_gpus`.
     pub small_job_min_runtime: Seconds,
+    /// A large job (more GPUs than `small_job_gpus`) of a budget under its
+    /// share that has waited this long may take the GPUs of any job that is
+    /// past its minimum runtime and has run at least the large job's own,
+    /// with no margin, so that fragmentation does not keep it waiting (see
+    /// [`crate::preempt`], rule 6). 0: never (the default).
+    pub large_job_wait: Seconds,
     /// Whose usage fair-share counts when several clusters share one
     /// ledger (`fair_share_usage`): each cluster's own (the default), or the
     /// lab's, so a team that used much on one cluster ranks lower on the
@@ -113,6 +119,7 @@ impl Default for ClusterSettings {
             unallocated_grace: 0,
             small_job_gpus: 8,
             small_job_min_runtime: 30 * 60,
+            large_job_wait: 0,
             fair_share_usage: FairShareUsage::Cluster,
         }
     }
@@ -204,7 +211,7 @@ macro_rules! policy_setting {
 /// `[cluster]` documentation lists them (`charge`, `gpus` and
 /// `fair_share_usage` describe the cluster, not the policy: the parser reads
 /// them apart).
-pub const POLICY_SETTINGS: [PolicySetting; 10] = [
+pub const POLICY_SETTINGS: [PolicySetting; 11] = [
     policy_setting!(lookback, Duration, "Fair-share window: how far back usage counts"),
     policy_setting!(min_runtime_cap, Duration, "Largest minimum runtime a job may declare; larger declarations run with the cap"),
     policy_setting!(default_min_runtime, Duration, "Minimum runtime of a job that declares none (at most the cap)"),
@@ -220,6 +227,11 @@ pub const POLICY_SETTINGS: [PolicySetting; 10] = [
         "must be a whole number of GPUs, 0 or more (0: no job counts as small)"
     ),
     policy_setting!(small_job_min_runtime, Duration, "The longest minimum runtime of a small job (see small_job_gpus)"),
+    policy_setting!(
+        large_job_wait,
+        Duration,
+        "A job larger than a small job, of a budget under its share, that waited this long preempts jobs past their and its own minimum runtime with no margin; 0: never"
+    ),
 ];
 
 impl ClusterSettings {
@@ -247,6 +259,7 @@ impl ClusterSettings {
             ("grace", self.grace),
             ("unallocated_grace", self.unallocated_grace),
             ("small_job_min_runtime", self.small_job_min_runtime),
+            ("large_job_wait", self.large_job_wait),
         ] {
             if value < 0 {
                 broken.push(SettingsError::Negative { field, value });

@@ -38,7 +38,7 @@ fn contest(margin: f64, days: i64) -> Vec<i64> {
         window.usage_all(now, &mut usage);
         let ranking = Ranking::compute(&tree, &usage, GPUS, now);
         let holder = RunningJob { leaf: Some(running), contract, run_start: since };
-        let waiter = WaitingJob { leaf: Some(1 - running), contract, gpus: GPUS };
+        let waiter = WaitingJob { leaf: Some(1 - running), contract, gpus: GPUS, queued_since: None };
         if may_preempt(&holder, &waiter, now, &ranking).allowed() {
             window.change(running, now, -(GPUS as i64));
             running = 1 - running;

@@ -395,9 +395,9 @@ fn arb_pair() -> impl Strategy<Value = (RunningJob, WaitingJob, i64, PreemptRule
             let lw = if lv.is_some() && lw.is_some() && now % 2 == 0 { lv } else { lw }; // same leaf half the time
             (
                 RunningJob { leaf: lv, contract: cv, run_start: start },
-                WaitingJob { leaf: lw, contract: cw, gpus },
+                WaitingJob { leaf: lw, contract: cw, gpus, queued_since: None },
                 now,
-                PreemptRules { within_team, smallest_first, small_job_gpus, small_job_min_runtime },
+                PreemptRules { within_team, smallest_first, small_job_gpus, small_job_min_runtime, large_job_wait: 0 },
             )
         })
 }
@@ -441,7 +441,7 @@ proptest! {
             prop_assert!(waiting.contract.min_runtime <= victim.contract.min_runtime, "{d:?}");
             // Never the other way round: the victim can never take the preemptor's GPUs back.
             let back = RunningJob { leaf: waiting.leaf, contract: waiting.contract, run_start: 0 };
-            let victim_waiting = WaitingJob { leaf: victim.leaf, contract: victim.contract, gpus: waiting.gpus };
+            let victim_waiting = WaitingJob { leaf: victim.leaf, contract: victim.contract, gpus: waiting.gpus, queued_since: None };
             prop_assert!(!may_preempt_with(&back, &victim_waiting, i64::MAX / 4, &r, rules).allowed());
         }
         if same && victim.is_allocated() && !rules.within_team {
@@ -487,6 +487,58 @@ proptest! {
         }
         if victim.leaf == waiting.leaf {
             prop_assert_eq!(may_preempt_with(&victim, &waiting, now, &r, every_small), may_preempt_with(&victim, &waiting, now, &r, none_small));
+        }
+    }
+
+    /// Rule 6: with `large_job_wait` on, a waiting job gains exactly the
+    /// runs of other leaves that rule 4 would give it without the margin and
+    /// that have run both jobs' minimum runtimes, and only when it is
+    /// allocated, larger than a small job, queued at least that long, and
+    /// its leaf under its share; it never takes a protected run, nor a run
+    /// of a leaf not above its own, nor a teammate's beyond rule 5, and loses
+    /// nothing rule 4 gave it.
+    #[test]
+    fn long_waiting_large_jobs_ask_no_margin_of_runs_past_both_guarantees(
+        (victim, waiting, now, rules) in arb_pair(),
+        usage in prop::collection::vec(0i64..200_000, 4),
+        wait in 1i64..6 * 3600,
+        queued in prop::option::weighted(0.8, 0i64..20 * 3600),
+    ) {
+        let (_, r) = four_leaves(&usage);
+        let waiting = WaitingJob { queued_since: queued, ..waiting };
+        let on = PreemptRules { large_job_wait: wait, ..rules };
+        let (d_off, d_on) = (may_preempt_with(&victim, &waiting, now, &r, rules), may_preempt_with(&victim, &waiting, now, &r, on));
+        let long = on.is_long_waiting(&waiting, now, &r);
+        prop_assert_eq!(
+            long,
+            waiting.is_allocated()
+                && waiting.gpus > rules.small_job_gpus
+                && queued.is_some_and(|q| now - q >= wait)
+                && waiting.leaf.is_some_and(|l| r.standings[r.node_of(l) as usize].ratio < 1.0)
+        );
+        prop_assert!(!rules.is_long_waiting(&waiting, now, &r), "off when large_job_wait is 0");
+        if d_off.allowed() {
+            prop_assert_eq!(d_on, d_off);
+        }
+        if victim.is_allocated() && now < victim.run_start + victim.contract.min_runtime {
+            prop_assert!(!d_on.allowed(), "{d_on:?}");
+        }
+        let same = victim.leaf.is_some() && victim.leaf == waiting.leaf;
+        if same {
+            prop_assert_eq!(d_on, d_off);
+        }
+        let past_both = now >= victim.run_start + victim.contract.min_runtime.max(waiting.contract.min_runtime);
+        let above = match (victim.leaf, waiting.leaf) {
+            (Some(v), Some(w)) => outranks_by(v, w, &r, 0.0).allowed(),
+            _ => false,
+        };
+        if d_on.allowed() && !d_off.allowed() {
+            prop_assert!(long && victim.is_allocated() && !same && past_both && above, "{d_on:?}");
+            let PreemptDecision::YesLongWait { comparison: c, .. } = d_on else { panic!("{d_on:?}") };
+            prop_assert!(c.margin == 0.0 && c.preemptee_ratio > c.preemptor_ratio, "{c:?}");
+        }
+        if long && victim.is_allocated() && !same && past_both && above {
+            prop_assert!(d_on.allowed(), "{d_on:?}");
         }
     }
 

@@ -104,8 +104,13 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
     } else {
         format!("at most {} GPUs and min_runtime {}, no margin", s.small_job_gpus, allot::duration::format_duration(s.small_job_min_runtime))
     };
+    let long_wait = if s.large_job_wait == 0 {
+        "off".to_owned()
+    } else {
+        format!("no margin after {} under its share", allot::duration::format_duration(s.large_job_wait))
+    };
     println!(
-        "preemption: within a team by priority {}, smallest victims first {}, unallocated grace {}, small jobs: {small}",
+        "preemption: within a team by priority {}, smallest victims first {}, unallocated grace {}, small jobs: {small}, large jobs: {long_wait}",
         if s.preempt_within_team { "on" } else { "off" },
         if s.preempt_smallest_first { "on" } else { "off" },
         allot::duration::format_duration(s.unallocated_grace),

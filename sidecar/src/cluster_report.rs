@@ -115,7 +115,7 @@ pub fn job_kind(rules: &PreemptRules, leaf: Option<u32>, min_runtime: i64, gpus:
     let contract = Contract { min_runtime, priority: PriorityLevel::default() };
     if !contract.is_allocated() {
         "unallocated"
-    } else if rules.is_small(&WaitingJob { leaf, contract, gpus }) {
+    } else if rules.is_small(&WaitingJob { leaf, contract, gpus, queued_since: None }) {
         "debug"
     } else {
         "training"

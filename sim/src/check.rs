@@ -209,6 +209,27 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
         }
     }
 
+    // 3c. Rule 6: only a large allocated job, with the rule on, of another leaf.
+    if cfg.policy == PolicyKind::Allot {
+        let settings = &cfg.tree.settings;
+        for r in out.runs.iter().filter(|r| r.by_long_wait) {
+            let Some(by) = r.preempted_by else { continue };
+            let (v, p) = (r.job as usize, by as usize);
+            let other_leaf = prepared.leaf[v].is_some() && prepared.leaf[p].is_some() && prepared.leaf[v] != prepared.leaf[p];
+            if settings.large_job_wait <= 0 || !prepared.contract[p].is_allocated() || prepared.held[p] <= settings.small_job_gpus || !other_leaf {
+                bad.push(format!(
+                    "job {} preempted under rule 6 by job {} ({} GPUs, {}), which rule 6 does not allow (large_job_wait {} s, small_job_gpus {})",
+                    workload.jobs[v].job_id,
+                    workload.jobs[p].job_id,
+                    prepared.held[p],
+                    prepared.contract[p].canonical(),
+                    settings.large_job_wait,
+                    settings.small_job_gpus
+                ));
+            }
+        }
+    }
+
     // 4. Charging.
     let mut intervals = Vec::new();
     for r in &out.runs {
@@ -258,7 +279,7 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
     let rules = allot::preempt::PreemptRules::from_settings(&cfg.tree.settings);
     for run in &out.runs {
         let j = run.job as usize;
-        let waiting = allot::preempt::WaitingJob { leaf: prepared.leaf[j], contract: prepared.contract[j], gpus: prepared.held[j] };
+        let waiting = allot::preempt::WaitingJob { leaf: prepared.leaf[j], contract: prepared.contract[j], gpus: prepared.held[j], queued_since: None };
         if run.slots.iter().any(|&(n, _)| n >= first_small) && !rules.may_use_small_job_nodes(&waiting) {
             bad.push(format!(
                 "job {} ({} GPUs, {}) ran on a node kept for small jobs",

@@ -238,7 +238,7 @@ pub fn prepare(workload: &Workload, tree: &BudgetTree, cluster: ClusterSpec, sma
             out.refusal[i] = Some(Refusal::LargerThanCluster);
             out.leaf[i] = None;
         } else if small_job_nodes > 0 && out.held[i] > open_nodes * cluster.gpus_per_node {
-            let waiting = allot::preempt::WaitingJob { leaf: out.leaf[i], contract: out.contract[i], gpus: out.held[i] };
+            let waiting = allot::preempt::WaitingJob { leaf: out.leaf[i], contract: out.contract[i], gpus: out.held[i], queued_since: None };
             if !preempt_rules.may_use_small_job_nodes(&waiting) {
                 out.refused[i] = Some(format!(
                     "needs {} GPUs; outside the {small_job_nodes} node(s) kept for small jobs the cluster has {}",

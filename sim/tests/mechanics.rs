@@ -439,3 +439,41 @@ fn a_restorable_session_is_requeued_and_loses_nothing_where_a_plain_one_is_cance
     assert_eq!(session[1].end - session[1].start, 36000 - (7200 + 300), "the rest of the session's work, none redone");
     assert_eq!(fate(&sim, &restorable, 1), Fate::Completed);
 }
+
+#[test]
+fn a_long_waiting_large_job_takes_runs_past_their_minimum_runtime_and_never_sooner() {
+    // 2 nodes of 4 GPUs. Team b's four 2-GPU jobs fill both nodes from 0 for
+    // 10 h (1 h minimum runtime); team a's 8-GPU job, its budget unused,
+    // arrives a minute later. b has used far less than the margin ahead of
+    // a, so rule 4 never lets a take b's runs: a waits for them to end.
+    let w = workload(
+        "1,0,2,36000,b,3600,true,normal\n2,0,2,36000,b,3600,true,normal\n3,0,2,36000,b,3600,true,normal\n4,0,2,36000,b,3600,true,normal\n\
+         5,60,8,3600,a,3600,true,normal\n",
+    );
+    let settings = "grace = \"5m\"\nsmall_job_gpus = 4";
+    let plain = run(&w, &config("2x4", settings, PolicyKind::Allot));
+    assert_eq!(runs_of(&plain, &w, 5)[0].start, 36000, "without rule 6 it waits for b's runs to end");
+    assert_eq!(plain.report.preemptions, 0);
+
+    // Rule 6 after 2 h: at 2 h 1 min b's runs are past their minimum runtime; a takes them.
+    let sim = run(&w, &config("2x4", &format!("{settings}\nlarge_job_wait = \"2h\""), PolicyKind::Allot));
+    let a = runs_of(&sim, &w, 5);
+    assert_eq!(a[0].start, 60 + 2 * H + 300, "{a:?}");
+    for id in 1..=4 {
+        let b = runs_of(&sim, &w, id);
+        assert_eq!(b[0].ended, RunEnd::Preempted { signal: 60 + 2 * H }, "job {id}: {b:?}");
+        assert!(b[0].by_long_wait);
+        assert_eq!(b[1].start, a[0].end, "job {id} resumes when a's job ends");
+    }
+    assert_eq!(sim.report.preemptions_by_long_waiting_jobs, 4);
+
+    // Not while b's runs are protected: rule 6 after 10 minutes still waits for the hour.
+    let early = run(&w, &config("2x4", &format!("{settings}\nlarge_job_wait = \"10m\""), PolicyKind::Allot));
+    let a = runs_of(&early, &w, 5);
+    assert_eq!(a[0].start, H + 300, "taken when b's minimum runtime ends, at 1 h: {a:?}");
+
+    // Nor for a small job (8 GPUs is a small job's size by default); a
+    // budget over its share is the policy core's property test.
+    let small = run(&w, &config("2x4", "grace = \"5m\"\nlarge_job_wait = \"2h\"", PolicyKind::Allot));
+    assert_eq!(runs_of(&small, &w, 5)[0].start, 36000);
+}

@@ -219,7 +219,8 @@ impl JobSubmitPlugin for JobSubmitAllot {
         funding_refusal(&s.tree, charged.as_ref().map(|c| c.leaf), &contract)?;
         if let Some(small) = self.small_partition(desc) {
             let requested = desc.partition().map_err(utf8_refusal)?.map(str::to_owned);
-            let waiting = WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge) };
+            let waiting =
+                WaitingJob { leaf: charged.as_ref().map(|c| c.leaf), contract, gpus: desc.units_requested_at_most(s.tree.settings.charge), queued_since: None };
             if let Some(partition) =
                 small_job_partition_route(small, requested.as_deref(), &waiting, preempt_rules(&s.tree)).map_err(small_partition_refusal)?
             {
@@ -278,7 +279,7 @@ impl JobSubmitPlugin for JobSubmitAllot {
             };
             let resulting = partition.as_deref().or(job.partition()).filter(|p| !p.trim().is_empty());
             if let Some(resulting) = resulting {
-                small_job_partition_route(small, Some(resulting), &WaitingJob { leaf, contract, gpus }, preempt_rules(&s.tree))
+                small_job_partition_route(small, Some(resulting), &WaitingJob { leaf, contract, gpus, queued_since: None }, preempt_rules(&s.tree))
                     .map_err(|e| small_partition_refusal(format!("JobId={}: {e} (in the same update)", job.id())))?;
             }
         }

@@ -7,8 +7,12 @@
 //!   after that, a job whose allocation is under-served compared with its
 //!   own, by more than the anti-thrash margin (a small job: at all), may
 //!   take its GPUs, and so may a job of its own team that declares a
-//!   strictly higher priority (and no longer a minimum runtime):
-//!   `allot::preempt::may_preempt_with`, with the preemptor's requested GPUs.
+//!   strictly higher priority (and no longer a minimum runtime), and, with
+//!   the budget's `large_job_wait`, a large job that has waited that long
+//!   (since its `begin_time`, Slurm's eligible time) while its budget was
+//!   under its share, with no margin, from a run that has run its own
+//!   minimum runtime too (rule 6): `allot::preempt::may_preempt_with`, with
+//!   the preemptor's requested GPUs.
 //! - Resumable jobs (Slurm's requeue flag) are requeued, others cancelled;
 //!   victims are offered unallocated first, then the fewest GPUs, then the
 //!   lowest-ranked (`allot::preempt::victim_order`); grace from allot.conf's

@@ -49,9 +49,17 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
     RunningJob { leaf, contract: contract_held(contract_of(job, rules), leaf, tree), run_start: job.start_time() }
 }
 
+/// A pending job as a preemptor: it waits since it became eligible (Slurm
+/// sets `begin_time` then, and a little ahead of a requeue), for rule 6.
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
     let leaf = leaf_of(job, tree);
-    WaitingJob { leaf, contract: contract_held(contract_of(job, rules), leaf, tree), gpus: job.units_requested_at_most(tree.settings.charge) }
+    let eligible = job.begin_time();
+    WaitingJob {
+        leaf,
+        contract: contract_held(contract_of(job, rules), leaf, tree),
+        gpus: job.units_requested_at_most(tree.settings.charge),
+        queued_since: (eligible > 0).then_some(eligible),
+    }
 }
 
 /// The budget's switchable preemption rules (`preempt_within_team`,
@@ -109,7 +117,7 @@ mod tests {
     use allot::contract::PriorityLevel;
 
     fn job(leaf: Option<LeafId>, gpus: u32, min_runtime: i64) -> WaitingJob {
-        WaitingJob { leaf, contract: Contract { min_runtime, priority: PriorityLevel::Normal }, gpus }
+        WaitingJob { leaf, contract: Contract { min_runtime, priority: PriorityLevel::Normal }, gpus, queued_since: None }
     }
 
     #[test]

@@ -24,7 +24,13 @@ impl Engine<'_> {
         }
     }
 
-    pub(super) fn enqueue(&mut self, j: u32) {
+    pub(super) fn enqueue(&mut self, j: u32, now: i64) {
+        self.jobs[j as usize].queued_since = now;
+        // Rule 6 may apply from `large_job_wait` on: a scheduling pass then.
+        let job = &self.jobs[j as usize];
+        if self.cfg.policy == PolicyKind::Allot && self.rules.large_job_wait > 0 && job.contract.is_allocated() && job.held > self.rules.small_job_gpus {
+            self.queue.push(now + self.rules.large_job_wait, EventKind::LongWait, j, job.run_no);
+        }
         let g = self.group_of(j);
         let facts = WaitingFacts {
             job: j,
@@ -137,6 +143,7 @@ impl Engine<'_> {
         self.clear_release(j);
         let alloc = std::mem::take(&mut self.jobs[j as usize].alloc);
         let claim_for = self.jobs[j as usize].claim_for.take();
+        let by_long_wait = std::mem::take(&mut self.jobs[j as usize].claim_long_wait) && claim_for.is_some();
         for &(n, mask) in &alloc {
             self.on_node[n as usize].retain(|&x| x != j);
             let mut rest = mask;
@@ -154,7 +161,8 @@ impl Engine<'_> {
             PolicyKind::Baseline => start,
         };
         let preempted_by = if matches!(ended, RunEnd::Preempted { .. }) { claim_for } else { None };
-        self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost, preempted_by });
+        let by_long_wait = by_long_wait && preempted_by.is_some();
+        self.runs.push(Run { job: j, start, end: now, gpus: held, slots: alloc, charged, preemptible_from, ended, lost, preempted_by, by_long_wait });
         self.growth += 1;
     }
 

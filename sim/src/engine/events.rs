@@ -20,6 +20,8 @@ pub(super) enum EventKind {
     StartClaimed,
     /// A run's minimum runtime ends: it may be preempted from now on.
     ProtectionEnd,
+    /// A large job has waited `large_job_wait`: rule 6 may apply to it.
+    LongWait,
     /// A job is submitted.
     Submit,
     /// A requeued job is eligible again.

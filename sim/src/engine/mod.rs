@@ -230,6 +230,9 @@ pub struct Run {
     pub lost: i64,
     /// Preempted: the job (index into the workload) that took its GPUs.
     pub preempted_by: Option<u32>,
+    /// Preempted under rule 6: by a large job that had waited
+    /// `large_job_wait` (`allot::preempt`).
+    pub by_long_wait: bool,
 }
 
 /// Where a job ended up.
@@ -353,6 +356,10 @@ struct JobRt {
     owed: Vec<(u32, u32)>,
     /// Allot: past its minimum runtime, in `unprotected[leaf]`.
     unprotected: bool,
+    /// When it last entered the queue (submitted, or eligible after a requeue).
+    queued_since: i64,
+    /// In the grace time for a preemptor that took its GPUs under rule 6.
+    claim_long_wait: bool,
     /// Key in `releases`.
     release_key: Option<(i64, u32)>,
     preemptions: u32,
@@ -509,6 +516,8 @@ impl<'a> Engine<'a> {
                 claim_for: None,
                 owed: Vec::new(),
                 unprotected: false,
+                queued_since: 0,
+                claim_long_wait: false,
                 release_key: None,
                 preemptions: 0,
                 end: None,
@@ -709,12 +718,12 @@ impl<'a> Engine<'a> {
                 }
                 let leaf = self.jobs[ju].leaf as usize;
                 self.demand_log[leaf].push((now, self.jobs[ju].held as i64));
-                self.enqueue(j);
+                self.enqueue(j, now);
                 true
             }
             EventKind::Requeue => {
                 if self.jobs[j as usize].status == Status::Future && self.jobs[j as usize].run_no == run {
-                    self.enqueue(j);
+                    self.enqueue(j, now);
                 }
                 true
             }
@@ -755,6 +764,11 @@ impl<'a> Engine<'a> {
                 self.book_unprotected(j, true);
                 self.growth += 1;
                 true
+            }
+            EventKind::LongWait => {
+                // Still waiting since then (not started, nor requeued since).
+                let job = &self.jobs[j as usize];
+                job.status == Status::Pending && job.run_no == run
             }
             EventKind::Backfill => unreachable!("backfill cycles are handled by the loop"),
         }

@@ -226,7 +226,12 @@ impl Engine<'_> {
         // unallocated preemptors itself; skipping the search saves time).
         if allocated && st.searches < self.cfg.preempt_max_job_test {
             let around = if self.cfg.preempt_around_reservation { st.shadow.as_ref() } else { None };
-            if let Some(plan) = self.plan_preemption(j, now, ranking, around, &mut st.searches) {
+            let plan = if self.is_long_waiting(j, now, ranking) {
+                self.plan_long_wait(j, now, ranking, around, &mut st.searches)
+            } else {
+                self.plan_preemption(j, now, ranking, around, &mut st.searches)
+            };
+            if let Some(plan) = plan {
                 if let Some(s) = st.shadow.as_mut().filter(|_| self.cfg.preempt_around_reservation) {
                     let end = now + self.max_grace() + self.remaining(j);
                     for &(n, c) in plan.nodes() {
@@ -265,7 +270,13 @@ impl Engine<'_> {
         let g = turn.group;
         let may_preempt = turn.allocated && st.searches < self.cfg.preempt_max_job_test;
         let mut bound = self.walk_bound(turn, may_preempt, st, ranking);
-        if bound <= 1 {
+        // Rule 6: its long-waiting large jobs may take more than the books
+        // bound (any other leaf's unprotected runs): none is skipped.
+        let leaf = turn.leaf;
+        let long_wait = may_preempt
+            && self.rules.large_job_wait > 0
+            && ranking.is_some_and(|r| (leaf < r.leaves()) && allot::preempt::under_share(r, leaf as allot::budget::LeafId));
+        if bound <= 1 && !long_wait {
             return None; // no job has fewer GPUs
         }
         let mut walk = st.walk;
@@ -287,7 +298,7 @@ impl Engine<'_> {
         // placed a job) is skipped too, its failure remembered as the search
         // would: the walk goes on as it would have after its turn, and the
         // pass's outcome is the same as if every job had had its turn.
-        let (leaf, priority) = (turn.leaf, turn.priority);
+        let priority = turn.priority;
         let latest_end = st.shadow.as_ref().map_or(i64::MAX, |s| s.time);
         let allot = self.cfg.policy == PolicyKind::Allot;
         // Fixed for the walk: no run is preempted during it.
@@ -297,6 +308,9 @@ impl Engine<'_> {
         let same = (may_preempt && !self.cfg.preempt_around_reservation && !self.cfg.check_policy && (st.min_fail[1] > 1 || st.victims_exist))
             .then_some(same_possible);
         let last = cutoff.unwrap_or(u32::MAX);
+        let long_waited = |engine: &Self, j: u32, size: u32| {
+            long_wait && size > engine.rules.small_job_gpus && now - engine.jobs[j as usize].queued_since >= engine.rules.large_job_wait
+        };
         // Read again whenever the walk changes the leaf's record.
         let mut smaller = self.smaller_failed_test(leaf, priority);
         // Other leaves' GPUs each row may take: nothing starts or ends
@@ -314,7 +328,7 @@ impl Engine<'_> {
                 Some(w) if w.job > last => break,
                 Some(_) => {}
             }
-            if walk.position.at_chunk_start() && self.skips_chunk(summary, bound, &smaller, may_preempt, st) {
+            if walk.position.at_chunk_start() && !long_wait && self.skips_chunk(summary, bound, &smaller, may_preempt, st) {
                 walk.position = walk.position.next_chunk();
                 continue;
             }
@@ -324,7 +338,14 @@ impl Engine<'_> {
                     break 'chunks;
                 }
                 walk.position = walk.position.next_entry();
-                if w.gone || cursor.is_some_and(|c| j <= c) || size >= bound {
+                if w.gone || cursor.is_some_and(|c| j <= c) {
+                    continue;
+                }
+                if long_waited(self, j, size) {
+                    best = Some(j); // its turn: rule 6's search
+                    break 'chunks;
+                }
+                if size >= bound {
                     continue;
                 }
                 let no_place = size >= st.min_fail[1] || (size >= st.min_fail_late[1] && now + w.remaining > latest_end);
@@ -373,7 +394,7 @@ impl Engine<'_> {
                     // The leaf's smaller-job record bounds the walk.
                     smaller = self.smaller_failed_test(leaf, priority);
                     bound = self.walk_bound(turn, may_preempt, st, ranking);
-                    if bound <= 1 {
+                    if bound <= 1 && !long_wait {
                         break 'chunks;
                     }
                 }

@@ -9,7 +9,7 @@ use allot::preempt::{grace_for, may_preempt_with, victim_order, within_team, Out
 
 use super::events::EventKind;
 use super::passes::Shadow;
-use super::{Engine, PolicyKind, Status};
+use super::{Engine, JobRt, PolicyKind, Status};
 
 /// What a failed preemption search depended on (the engine's room growth
 /// and the signature of the leaves it may take from): while both stay the
@@ -80,6 +80,8 @@ impl VictimsOf {
 pub(super) struct PreemptPlan {
     nodes: Vec<(u32, u32)>,
     victims: Vec<u32>,
+    /// Made under rule 6 ([`Engine::plan_long_wait`]).
+    long_wait: bool,
 }
 
 impl PreemptPlan {
@@ -97,7 +99,7 @@ impl Engine<'_> {
 
     pub(super) fn waiting_view(&self, j: u32) -> WaitingJob {
         let job = &self.jobs[j as usize];
-        WaitingJob { leaf: Some(job.leaf), contract: job.contract, gpus: job.held }
+        WaitingJob { leaf: Some(job.leaf), contract: job.contract, gpus: job.held, queued_since: Some(job.queued_since) }
     }
 
     /// Whether `j` is a small job (`PreemptRules::is_small`: it preempts
@@ -588,7 +590,7 @@ impl Engine<'_> {
         // Lowest in the preemption order first, then fewest GPUs preempted.
         best.sort_unstable_by_key(|b| b.0);
         let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
-        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new() };
+        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new(), long_wait: false };
         for &((_, _, n), from, to) in best.iter().take(from_victims) {
             plan.nodes.push((n, need));
             for &v in &taken[from..to] {
@@ -605,6 +607,119 @@ impl Engine<'_> {
             if !self.is_victim(v, j, now, ranking) {
                 assert!(!self.cfg.check_policy, "job {v} chosen from the books as a victim for job {j}, but may_preempt refuses");
                 fail(self);
+                return None;
+            }
+        }
+        Some(plan)
+    }
+
+    /// Whether `j` is one of rule 6's jobs now (`PreemptRules::is_long_waiting`).
+    pub(super) fn is_long_waiting(&self, j: u32, now: i64, ranking: Option<&Ranking>) -> bool {
+        self.rules.large_job_wait > 0 && ranking.is_some_and(|r| self.rules.is_long_waiting(&self.waiting_view(j), now, r))
+    }
+
+    /// Rule 6's search, for a long-waiting large job `j`: the nodes where
+    /// free GPUs and the runs it may take (unallocated; another leaf's past
+    /// their minimum runtime and `j`'s, of a leaf above `j`'s with no margin;
+    /// its own leaf's as rule 5 allows) make room, as
+    /// Slurm's node selection with preemption picks them; the fewest and
+    /// lowest victims first, then wholly free nodes. Such jobs are few (a
+    /// large job's team under its share, after a long wait), so a plain
+    /// scan of the nodes, skipped while nothing has been freed or become
+    /// unprotected since its last search failed. `around`: a backfill
+    /// reservation to leave alone.
+    pub(super) fn plan_long_wait(&mut self, j: u32, now: i64, ranking: Option<&Ranking>, around: Option<&Shadow>, searches: &mut usize) -> Option<PreemptPlan> {
+        let (held, w, contract) = (self.jobs[j as usize].held, self.jobs[j as usize].leaf, self.jobs[j as usize].contract);
+        let g = self.g;
+        let whole = held > g;
+        let need = held.min(g);
+        let nodes_needed = if whole { (held / g) as usize } else { 1 };
+        // Remembered per pass, as the ranking it asks is (the growth alone
+        // would miss a standing that changed).
+        let key = SearchKey::new(self.growth ^ self.passes.rotate_left(32), u64::MAX);
+        if self.failed_search[j as usize] == Some(key) {
+            return None;
+        }
+        let all = self.may_use_all_nodes(j);
+        let end = now + self.max_grace() + self.remaining(j);
+        let takes = |v: &JobRt| {
+            v.status == Status::Running
+                && (!v.contract.is_allocated()
+                    || (v.unprotected
+                        && if v.leaf == w {
+                            self.rules.within_team && within_team(&v.contract, &contract).allowed()
+                        } else {
+                            now - v.run_start >= contract.min_runtime // rule 6's anti-thrash part
+                                && ranking.is_some_and(|r| allot::preempt::outranks_by(v.leaf, w, r, 0.0).allowed())
+                        }))
+        };
+        let mut free_nodes: Vec<u32> = Vec::new();
+        // ((worst victim key, GPUs preempted, node), victims).
+        let mut best: Vec<((u32, u32, u32), Vec<u32>)> = Vec::new();
+        for n in 0..self.cfg.cluster.nodes {
+            if !self.nodes.usable(n, all) || around.is_some_and(|s| !s.allows(n, need, end)) {
+                continue;
+            }
+            let free = self.nodes.free_on(n);
+            if free >= need {
+                free_nodes.push(n);
+                continue;
+            }
+            let mut victims: Vec<((u32, i64, u32), u32)> = Vec::new();
+            let mut blocked = false;
+            for &v in &self.on_node[n as usize] {
+                if takes(&self.jobs[v as usize]) {
+                    victims.push((self.victim_key(v, ranking), v));
+                } else if whole {
+                    blocked = true; // a whole node is needed and this job stays
+                    break;
+                }
+            }
+            if blocked {
+                continue;
+            }
+            victims.sort_unstable();
+            let (mut got, mut preempted, mut worst, mut taken) = (free, 0u32, 0u32, Vec::new());
+            for &(key, v) in &victims {
+                if got >= need {
+                    break;
+                }
+                let on = self.gpus_on(v, n);
+                got += on;
+                preempted += on;
+                worst = worst.max(key.0);
+                taken.push(v);
+            }
+            if got >= need {
+                best.push(((worst, preempted, n), taken));
+            }
+        }
+        if best.is_empty() || best.len() + free_nodes.len() < nodes_needed {
+            if around.is_none() {
+                self.failed_search[j as usize] = Some(key);
+            }
+            return None;
+        }
+        *searches += 1;
+        self.preempt_searches += 1;
+        best.sort_unstable_by_key(|b| b.0);
+        let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
+        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new(), long_wait: true };
+        for (&(_, _, n), taken) in best.iter().map(|(k, t)| (k, t)).take(from_victims) {
+            plan.nodes.push((n, need));
+            for &v in taken {
+                if !plan.victims.contains(&v) {
+                    plan.victims.push(v);
+                }
+            }
+        }
+        for &n in free_nodes.iter().take(nodes_needed - plan.nodes.len()) {
+            plan.nodes.push((n, need));
+        }
+        // Every victim, asked of the policy itself.
+        for &v in &plan.victims {
+            if !self.is_victim(v, j, now, ranking) {
+                assert!(!self.cfg.check_policy, "job {v} chosen as a victim for long-waiting job {j}, but may_preempt refuses");
                 return None;
             }
         }
@@ -722,6 +837,7 @@ impl Engine<'_> {
         let start_at = now + grace;
         let expected_end = start_at + self.remaining(j);
         self.set_release(j, expected_end);
+        let preemptor_leaf = self.jobs[j as usize].leaf;
         for &v in &plan.victims {
             let grace = self.grace_of(v);
             self.drop_victim_books(v);
@@ -730,6 +846,8 @@ impl Engine<'_> {
             victim.signal_at = now;
             victim.kill_at = now + grace;
             victim.claim_for = Some(j);
+            // Rule 6 itself took it (not rule 2's unallocated, nor rule 5's teammate).
+            victim.claim_long_wait = plan.long_wait && victim.contract.is_allocated() && victim.leaf != preemptor_leaf;
             let (natural_end, run_no) = (victim.natural_end, victim.run_no);
             if now + grace < natural_end {
                 self.queue.push(now + grace, EventKind::Release, v, run_no);

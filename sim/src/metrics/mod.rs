@@ -134,6 +134,10 @@ pub struct Report {
     /// job (`small_job_gpus`, `small_job_min_runtime`: rule 4 without the
     /// margin).
     pub preemptions_by_small_jobs: usize,
+    /// Preemptions of an allocated job of another budget leaf by a large job
+    /// that had waited `large_job_wait` while its budget was under its share
+    /// (rule 6).
+    pub preemptions_by_long_waiting_jobs: usize,
     /// Repeat preemptions the anti-thrash rules are there to prevent: the
     /// victim had itself preempted the job now preempting it, or had been
     /// preempted before, less than its own or that preemptor's minimum
@@ -246,6 +250,7 @@ pub(crate) enum PreemptionCause {
     Unallocated,
     WithinTeam,
     SmallJob,
+    LongWait,
     Margin,
 }
 
@@ -257,9 +262,14 @@ impl PreemptionCause {
         }
         match run.preempted_by.map(|p| p as usize) {
             Some(p) if outcome.prepared.leaf[p] == outcome.prepared.leaf[victim] => Self::WithinTeam,
+            Some(_) if run.by_long_wait => Self::LongWait,
             Some(p) => {
-                let waiting =
-                    allot::preempt::WaitingJob { leaf: outcome.prepared.leaf[p], contract: outcome.prepared.contract[p], gpus: workload.jobs[p].gpus };
+                let waiting = allot::preempt::WaitingJob {
+                    leaf: outcome.prepared.leaf[p],
+                    contract: outcome.prepared.contract[p],
+                    gpus: workload.jobs[p].gpus,
+                    queued_since: None,
+                };
                 if rules.is_small(&waiting) {
                     Self::SmallJob
                 } else {
@@ -280,6 +290,7 @@ impl PreemptionCause {
             Self::Unallocated => "it ran unallocated (min_runtime=0), which any allocated job may preempt",
             Self::WithinTeam => "past its minimum runtime, by a job of its own team that declared a higher priority",
             Self::SmallJob => "past its minimum runtime, by a small job of a team that had used less of its share",
+            Self::LongWait => "past its minimum runtime, by a large job that had waited large_job_wait while its team was under its share",
             Self::Margin => "past its minimum runtime, by a job of a team that had used less of its share by more than the margin",
         }
     }

@@ -62,6 +62,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         preemptions_of_unallocated: losses.of_unallocated,
         preemptions_within_team: losses.within_team,
         preemptions_by_small_jobs: losses.by_small,
+        preemptions_by_long_waiting_jobs: losses.by_long_wait,
         ping_pongs: ping_pongs(outcome),
         occupancy: round6(delivery.in_span as f64 / (capacity as f64 * span.len() as f64)),
         unallocated_fraction: round6(if delivery.delivered > 0 { delivery.unprotected as f64 / delivery.delivered as f64 } else { 0.0 }),
@@ -195,6 +196,7 @@ struct Losses {
     of_unallocated: usize,
     within_team: usize,
     by_small: usize,
+    by_long_wait: usize,
 }
 
 impl Losses {
@@ -206,6 +208,7 @@ impl Losses {
             of_unallocated: 0,
             within_team: 0,
             by_small: 0,
+            by_long_wait: 0,
         };
         for r in &outcome.runs {
             let job = &workload.jobs[r.job as usize];
@@ -224,6 +227,7 @@ impl Losses {
                     PreemptionCause::Unallocated => l.of_unallocated += 1,
                     PreemptionCause::WithinTeam => l.within_team += 1,
                     PreemptionCause::SmallJob => l.by_small += 1,
+                    PreemptionCause::LongWait => l.by_long_wait += 1,
                     PreemptionCause::Margin => {}
                 }
             }

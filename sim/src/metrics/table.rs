@@ -68,6 +68,7 @@ pub fn table(reports: &[Report]) -> String {
     row("preemptions_of_unallocated", &|r| r.preemptions_of_unallocated.to_string());
     row("preemptions_within_team", &|r| r.preemptions_within_team.to_string());
     row("preemptions_by_small_jobs", &|r| r.preemptions_by_small_jobs.to_string());
+    row("preemptions_by_long_waiting_jobs", &|r| r.preemptions_by_long_waiting_jobs.to_string());
     row("ping_pongs", &|r| r.ping_pongs.to_string());
     row("occupancy", &|r| format!("{}%", fixed(100.0 * r.occupancy, 1)));
     row("unallocated_fraction", &|r| format!("{}%", fixed(100.0 * r.unallocated_fraction, 1)));
