@@ -453,6 +453,44 @@ fn t11_a_small_job_of_a_less_used_team_preempts_without_the_margin_a_large_one_d
 }
 
 #[test]
+fn t11b_a_long_waiting_large_job_asks_no_margin_and_never_takes_a_protected_run() {
+    // Rule 6 (large_job_wait): with a margin of half an allocation (as in
+    // t11) team B's 2-node job never outranks team A by rule 4 here; after
+    // waiting large_job_wait, its budget under its share, it asks no margin.
+    let budget = BUDGET.replace("preempt_margin = 0.05", "preempt_margin = 0.5\nlarge_job_wait = \"35s\"");
+    let c = TestCluster::start("longwait", &budget, Options::default());
+    // Team A fills the four nodes: two runs protected for 15 s, two for 10 minutes.
+    let short: Vec<u32> = (0..2).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=15s", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    let long: Vec<u32> = (0..2).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=10m", "--requeue", &sleep_job(600)]).unwrap()).collect();
+    let a: Vec<u32> = short.iter().chain(&long).copied().collect();
+    c.wait_for("team A runs", secs(30), || a.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    // Team B (unused): 16 GPUs on two whole nodes, a 10 s guarantee: large.
+    let submitted = now();
+    let large = c.sbatch("bob", &["--gres=gpu:8", "--nodes=2", "--comment=min_runtime=10s", "--requeue", &sleep_job(600)]).unwrap();
+    // Past the short runs' guarantee, within large_job_wait: rule 4 alone
+    // (the margin) keeps it waiting.
+    while now() < submitted + 30 {
+        assert_eq!(c.job(large).state(), "PENDING", "the large job started before large_job_wait, within the margin");
+        assert!(a.iter().all(|&j| c.job(j).restarts() == 0), "an A job was preempted before large_job_wait");
+        std::thread::sleep(secs(2));
+    }
+    // After it: the two runs past their guarantee go, the protected two stay.
+    c.wait_state(large, "RUNNING", secs(90));
+    let waited = now() - submitted;
+    assert!(waited >= 35, "started after {waited} s, before large_job_wait");
+    let preempted: Vec<u32> = a.iter().copied().filter(|&j| c.job(j).restarts() >= 1).collect();
+    assert_eq!(preempted, short, "exactly the runs past their minimum runtime made room");
+    assert!(long.iter().all(|&j| c.job(j).state() == "RUNNING" && c.job(j).restarts() == 0), "a protected run was preempted");
+    for &j in &short {
+        let events = c.ledger().events_of_job(j).unwrap();
+        assert!(events.iter().any(|e| e.kind == "preempted"), "job {j}: {events:?}");
+    }
+    // And none later: the protected runs keep their GPUs for their guarantee.
+    std::thread::sleep(secs(10));
+    assert!(long.iter().all(|&j| c.job(j).state() == "RUNNING" && c.job(j).restarts() == 0), "a protected run was preempted");
+}
+
+#[test]
 fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_else() {
     // n4 kept: partition gpu is n[1-3], partition small n[1-4], and
     // allot.conf names small as SmallJobPartition.
