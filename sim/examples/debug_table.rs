@@ -79,6 +79,20 @@ fn mechanisms() -> Vec<Mechanism> {
         Mechanism { name: "shipped + 1 small-job node", apply: |c| c.small_job_nodes = 1 },
         Mechanism { name: "shipped + 2 small-job nodes", apply: |c| c.small_job_nodes = 2 },
         Mechanism { name: "within team off, rest shipped", apply: |c| c.tree.settings.preempt_within_team = false },
+        Mechanism {
+            name: "shipped + 1 small-job node + large_job_wait 1d",
+            apply: |c| {
+                c.small_job_nodes = 1;
+                c.tree.settings.large_job_wait = 86_400;
+            },
+        },
+        Mechanism {
+            name: "shipped + 1 small-job node + large_job_wait 6h",
+            apply: |c| {
+                c.small_job_nodes = 1;
+                c.tree.settings.large_job_wait = 6 * 3600;
+            },
+        },
     ]
 }
 
