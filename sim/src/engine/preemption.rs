@@ -91,6 +91,26 @@ impl PreemptPlan {
     }
 }
 
+/// A plan from the nodes a search found, best first (each with the runs to
+/// take there) and the nodes already free: as many of the found nodes as
+/// the job needs beyond the free ones (at least one), then the free nodes.
+fn assemble_plan<'a>(found: impl Iterator<Item = (u32, &'a [u32])>, free_nodes: &[u32], nodes_needed: usize, need: u32, long_wait: bool) -> PreemptPlan {
+    let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
+    let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new(), long_wait };
+    for (n, taken) in found.take(from_victims) {
+        plan.nodes.push((n, need));
+        for &v in taken {
+            if !plan.victims.contains(&v) {
+                plan.victims.push(v);
+            }
+        }
+    }
+    for &n in free_nodes.iter().take(nodes_needed - plan.nodes.len()) {
+        plan.nodes.push((n, need));
+    }
+    plan
+}
+
 impl Engine<'_> {
     pub(super) fn running_view(&self, v: u32) -> RunningJob {
         let job = &self.jobs[v as usize];
@@ -589,19 +609,7 @@ impl Engine<'_> {
         }
         // Lowest in the preemption order first, then fewest GPUs preempted.
         best.sort_unstable_by_key(|b| b.0);
-        let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
-        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new(), long_wait: false };
-        for &((_, _, n), from, to) in best.iter().take(from_victims) {
-            plan.nodes.push((n, need));
-            for &v in &taken[from..to] {
-                if !plan.victims.contains(&v) {
-                    plan.victims.push(v);
-                }
-            }
-        }
-        for &n in free_nodes.iter().take(nodes_needed - plan.nodes.len()) {
-            plan.nodes.push((n, need));
-        }
+        let plan = assemble_plan(best.iter().map(|&((_, _, n), from, to)| (n, &taken[from..to])), free_nodes, nodes_needed, need, false);
         // Every victim, asked of the policy itself.
         for &v in &plan.victims {
             if !self.is_victim(v, j, now, ranking) {
@@ -703,19 +711,7 @@ impl Engine<'_> {
         *searches += 1;
         self.preempt_searches += 1;
         best.sort_unstable_by_key(|b| b.0);
-        let from_victims = nodes_needed - free_nodes.len().min(nodes_needed - 1);
-        let mut plan = PreemptPlan { nodes: Vec::new(), victims: Vec::new(), long_wait: true };
-        for (&(_, _, n), taken) in best.iter().map(|(k, t)| (k, t)).take(from_victims) {
-            plan.nodes.push((n, need));
-            for &v in taken {
-                if !plan.victims.contains(&v) {
-                    plan.victims.push(v);
-                }
-            }
-        }
-        for &n in free_nodes.iter().take(nodes_needed - plan.nodes.len()) {
-            plan.nodes.push((n, need));
-        }
+        let plan = assemble_plan(best.iter().map(|((_, _, n), taken)| (*n, taken.as_slice())), &free_nodes, nodes_needed, need, true);
         // Every victim, asked of the policy itself.
         for &v in &plan.victims {
             if !self.is_victim(v, j, now, ranking) {
