@@ -50,10 +50,13 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
 }
 
 /// A pending job as a preemptor: it waits since it became eligible (Slurm
-/// sets `begin_time` then, and a little ahead of a requeue), for rule 6.
+/// sets `begin_time` then, and a little ahead of a requeue), for rule 6,
+/// and never since before it was submitted: `sbatch --begin` with a past
+/// time keeps that time as `begin_time`, which would let a fresh job claim
+/// a long wait.
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
     let leaf = leaf_of(job, tree);
-    let eligible = job.begin_time();
+    let eligible = job.begin_time().max(job.submit_time());
     WaitingJob {
         leaf,
         contract: contract_held(contract_of(job, rules), leaf, tree),
