@@ -49,11 +49,12 @@ pub fn running_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> Ru
     RunningJob { leaf, contract: contract_held(contract_of(job, rules), leaf, tree), run_start: job.start_time() }
 }
 
-/// A pending job as a preemptor: it waits since it became eligible (Slurm
-/// sets `begin_time` then, and a little ahead of a requeue), for rule 6,
-/// and never since before it was submitted: `sbatch --begin` with a past
-/// time keeps that time as `begin_time`, which would let a fresh job claim
-/// a long wait.
+/// A pending job as a preemptor: it waits since it became eligible, for
+/// rule 6. Slurm sets `begin_time` then and clears it on a hold, a release,
+/// an unmet dependency and a requeue (job_mgr.c), and drops a past
+/// `sbatch --begin`; taken no earlier than the submission all the same, so
+/// that no path a release may add lets a fresh job claim a long wait
+/// (cluster test t11b: held, then released, the wait starts at release).
 pub fn waiting_job(job: &Job<'_>, tree: &BudgetTree, rules: ContractRules) -> WaitingJob {
     let leaf = leaf_of(job, tree);
     let eligible = job.begin_time().max(job.submit_time());
