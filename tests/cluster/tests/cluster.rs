@@ -469,7 +469,9 @@ fn t11b_a_long_waiting_large_job_asks_no_margin_and_never_takes_a_protected_run(
     // large_job_wait: neither counts as waiting (Slurm sets the job's
     // eligible time when it is released, which the plugins read), so that a
     // researcher cannot bank a long wait ahead of need.
-    let large = c.sbatch("bob", &["--hold", "--begin=2020-01-01T00:00:00", "--gres=gpu:8", "--nodes=2", "--comment=min_runtime=10s", "--requeue", &sleep_job(600)]).unwrap();
+    let large = c
+        .sbatch("bob", &["--hold", "--begin=2020-01-01T00:00:00", "--gres=gpu:8", "--nodes=2", "--comment=min_runtime=10s", "--requeue", &sleep_job(600)])
+        .unwrap();
     std::thread::sleep(secs(40));
     assert!(a.iter().all(|&j| c.job(j).restarts() == 0), "an A job was preempted for a held job");
     let out = c.slurm(Some("bob"), "scontrol", &["release", &large.to_string()]);
