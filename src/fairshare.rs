@@ -133,6 +133,24 @@ fn ratio_key(ratio: f64) -> u64 {
     }
 }
 
+/// The usage a leaf is ranked by under `lookahead`
+/// ([`crate::budget::ClusterSettings::lookahead`]): its charged GPU-seconds
+/// in the window plus, for each charged GPU its jobs hold now, `lookahead`
+/// seconds more, as if what it runs now went on that long. A team that just
+/// took many GPUs then ranks by them at once, not hours later as the window
+/// fills, so freed GPUs go round the teams instead of to one team until its
+/// use catches up. `running_gpus[leaf]`: charged GPUs running now. The
+/// plugins (the priority plugin's order, and every reader of its usage
+/// snapshot) and the simulator rank by this.
+pub fn with_lookahead(charged: &mut [i64], running_gpus: &[i64], lookahead: Seconds) {
+    if lookahead <= 0 {
+        return;
+    }
+    for (used, &gpus) in charged.iter_mut().zip(running_gpus) {
+        *used = used.saturating_add(gpus.max(0).saturating_mul(lookahead));
+    }
+}
+
 impl Ranking {
     /// Ranks the tree's nodes given each leaf's charged GPU-seconds in the
     /// window (`charged[leaf]`, see [`crate::occupancy`]). To rank one tree
@@ -415,6 +433,26 @@ impl Ranker {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn lookahead_ranks_a_team_by_the_gpus_it_just_took() {
+        // Two equal teams: a used 10 GPU-hours earlier in the window and
+        // holds nothing; b has used 1 GPU-hour so far but holds 8 GPUs now.
+        let t = BudgetTree::parse("[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n").unwrap();
+        let (a, b, h) = (0, 1, 3600);
+        let running = [0, 8];
+        let ranked = |lookahead: Seconds| {
+            let mut used = [10 * h, h];
+            with_lookahead(&mut used, &running, lookahead);
+            (used, Ranking::compute(&t, &used, 16, 0).leaves_in_order)
+        };
+        assert_eq!(ranked(0), ([10 * h, h], vec![b, a]), "0 is off: the window's use alone");
+        // An hour ahead b counts 9 GPU-hours, still first; two hours ahead, 17: second.
+        assert_eq!(ranked(h), ([10 * h, 9 * h], vec![b, a]));
+        assert_eq!(ranked(2 * h), ([10 * h, 17 * h], vec![a, b]));
+        // Nothing overflows, however long.
+        assert_eq!(ranked(Seconds::MAX).0[1], i64::MAX);
+    }
+
     use super::*;
     use proptest::prelude::*;
 

@@ -164,6 +164,13 @@ impl OccupancyWindow {
     pub fn running(&self, leaf: LeafId) -> i64 {
         self.leaves[leaf as usize].running
     }
+
+    /// Charged GPUs running now, every leaf's (for
+    /// [`crate::fairshare::with_lookahead`]).
+    pub fn running_all(&self, out: &mut Vec<i64>) {
+        out.clear();
+        out.extend(self.leaves.iter().map(|w| w.running));
+    }
 }
 
 #[cfg(test)]

@@ -54,6 +54,12 @@ pub struct ClusterSettings {
     /// with no margin, so that fragmentation does not keep it waiting (see
     /// [`crate::preempt`], rule 6). 0: never (the default).
     pub large_job_wait: Seconds,
+    /// A budget's standing counts each GPU its jobs hold now as used for
+    /// this much longer ([`crate::fairshare::with_lookahead`]), so that what
+    /// a team just took weighs at once and not only as the window fills:
+    /// shares even out by the hour, not only over the week. 0: only the
+    /// window's use counts (the default).
+    pub lookahead: Seconds,
     /// Whose usage fair-share counts when several clusters share one
     /// ledger (`fair_share_usage`): each cluster's own (the default), or the
     /// lab's, so a team that used much on one cluster ranks lower on the
@@ -120,6 +126,7 @@ impl Default for ClusterSettings {
             small_job_gpus: 8,
             small_job_min_runtime: 30 * 60,
             large_job_wait: 0,
+            lookahead: 0,
             fair_share_usage: FairShareUsage::Cluster,
         }
     }
@@ -211,8 +218,9 @@ macro_rules! policy_setting {
 /// `[cluster]` documentation lists them (`charge`, `gpus` and
 /// `fair_share_usage` describe the cluster, not the policy: the parser reads
 /// them apart).
-pub const POLICY_SETTINGS: [PolicySetting; 11] = [
+pub const POLICY_SETTINGS: [PolicySetting; 12] = [
     policy_setting!(lookback, Duration, "Fair-share window: how far back usage counts"),
+    policy_setting!(lookahead, Duration, "A budget's standing counts the GPUs its jobs hold now as used this much longer; 0: the window's use only"),
     policy_setting!(min_runtime_cap, Duration, "Largest minimum runtime a job may declare; larger declarations run with the cap"),
     policy_setting!(default_min_runtime, Duration, "Minimum runtime of a job that declares none (at most the cap)"),
     policy_setting!(grace, Duration, "Time from the preemption signal to the kill"),
@@ -260,6 +268,7 @@ impl ClusterSettings {
             ("unallocated_grace", self.unallocated_grace),
             ("small_job_min_runtime", self.small_job_min_runtime),
             ("large_job_wait", self.large_job_wait),
+            ("lookahead", self.lookahead),
         ] {
             if value < 0 {
                 broken.push(SettingsError::Negative { field, value });

@@ -25,7 +25,7 @@ fn snapshot(tree: &BudgetTree, at: i64) -> UsageSnapshot {
         .leaves
         .iter()
         .enumerate()
-        .map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: 3_600 * (i as i64 % 97), unallocated: i as i64 % 13 })
+        .map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: 3_600 * (i as i64 % 97), unallocated: i as i64 % 13, running: 0 })
         .collect();
     UsageSnapshot { computed_at: at, budget_version: 1, capacity_gpus: 4_096, leaves }
 }

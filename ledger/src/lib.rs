@@ -326,6 +326,11 @@ const MIGRATIONS: &[&str] = &[
 
     ALTER TABLE events ADD COLUMN cluster TEXT NOT NULL DEFAULT '';
     "#,
+    // 5: each leaf's charged GPUs running when the usage was computed, for
+    // the budget's `lookahead` (0 in snapshots written before).
+    r#"
+    ALTER TABLE usage_snapshot ADD COLUMN running INTEGER NOT NULL DEFAULT 0;
+    "#,
 ];
 
 /// The same schema on a MariaDB/MySQL server, migration for migration:
@@ -445,6 +450,7 @@ const SERVER_MIGRATIONS: &[&[&str]] = &[
         "RENAME TABLE usage_snapshot_meta_4 TO usage_snapshot_meta",
         "ALTER TABLE events ADD COLUMN cluster VARCHAR(64) NOT NULL DEFAULT '' AFTER id",
     ],
+    &["ALTER TABLE usage_snapshot ADD COLUMN running BIGINT NOT NULL DEFAULT 0"],
 ];
 
 /// The schema version of this allot (the same on both engines).

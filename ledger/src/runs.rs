@@ -614,7 +614,7 @@ mod tests {
             computed_at: 500,
             budget_version: 1,
             capacity_gpus: gpus,
-            leaves: vec![crate::LeafUsage { leaf: "a".into(), charged, unallocated: 0 }],
+            leaves: vec![crate::LeafUsage { leaf: "a".into(), charged, unallocated: 0, running: 0 }],
         };
         for (l, gpus, leaf_gpus, end) in [(&mut alpha, 8, 2, 200), (&mut beta, 4, 1, 300)] {
             let period = Period {

@@ -22,6 +22,9 @@ pub struct LeafUsage {
     pub charged: i64,
     /// Unallocated GPU-seconds (never charged; reported).
     pub unallocated: i64,
+    /// Charged GPUs running at `computed_at`: the budget's `lookahead`
+    /// counts them ahead ([`allot::fairshare::with_lookahead`]).
+    pub running: i64,
 }
 
 /// Usage of every leaf at one moment.
@@ -36,8 +39,8 @@ pub struct UsageSnapshot {
 impl UsageSnapshot {
     pub(crate) fn write(&self, c: &Conn, cluster: &str) -> DbResult<()> {
         c.exec("DELETE FROM usage_snapshot WHERE cluster = ?", params![cluster])?;
-        let rows: Vec<Vec<crate::db::Value>> = self.leaves.iter().map(|l| params![cluster, &l.leaf, l.charged, l.unallocated].to_vec()).collect();
-        c.exec_rows("INSERT INTO usage_snapshot (cluster, leaf, charged, unallocated) VALUES", "", 4, &rows)?;
+        let rows: Vec<Vec<crate::db::Value>> = self.leaves.iter().map(|l| params![cluster, &l.leaf, l.charged, l.unallocated, l.running].to_vec()).collect();
+        c.exec_rows("INSERT INTO usage_snapshot (cluster, leaf, charged, unallocated, running) VALUES", "", 5, &rows)?;
         let replace = match c.dialect() {
             Dialect::Sqlite => "INSERT OR REPLACE",
             Dialect::MySql => "REPLACE",
@@ -61,6 +64,26 @@ impl UsageSnapshot {
         out
     }
 
+    /// Charged GPUs running at `computed_at`, by the tree's
+    /// [`allot::budget::LeafId`] (as [`UsageSnapshot::charged_for`]).
+    pub fn running_for(&self, tree: &BudgetTree) -> Vec<i64> {
+        let mut out = vec![0; tree.leaves.len()];
+        for l in &self.leaves {
+            if let Some(leaf) = tree.find(&l.leaf).and_then(|id| tree.node(id).leaf) {
+                out[leaf as usize] = l.running;
+            }
+        }
+        out
+    }
+
+    /// What each leaf is ranked by: its charged GPU-seconds, and with the
+    /// budget's `lookahead` its running GPUs counted ahead.
+    pub fn standing_usage_for(&self, tree: &BudgetTree) -> Vec<i64> {
+        let mut used = self.charged_for(tree);
+        allot::fairshare::with_lookahead(&mut used, &self.running_for(tree), tree.settings.lookahead);
+        used
+    }
+
     /// The fair-share ranking of `tree` under this usage. Capacity: the
     /// tree's own GPU count if it gives one, else what the plugin counted.
     /// Usage of inner nodes: rows whose path is a node of `tree` that is no
@@ -73,7 +96,7 @@ impl UsageSnapshot {
     pub fn ranking(&self, tree: &BudgetTree) -> Ranking {
         Ranking::compute_with_orphans(
             tree,
-            &self.charged_for(tree),
+            &self.standing_usage_for(tree),
             &self.orphans_for(tree),
             tree.settings.gpus.unwrap_or(self.capacity_gpus),
             self.computed_at,
@@ -82,7 +105,7 @@ impl UsageSnapshot {
 }
 
 impl UsageSnapshot {
-    /// The lab's usage from each cluster's: charged and unallocated summed
+    /// The lab's usage from each cluster's: charged, unallocated and running summed
     /// per leaf, capacity summed, as old as the oldest, of the newest
     /// budget version. `None` for no snapshot at all.
     pub fn sum(snapshots: &[UsageSnapshot]) -> Option<UsageSnapshot> {
@@ -92,9 +115,10 @@ impl UsageSnapshot {
         }
         let mut leaves: std::collections::BTreeMap<&str, LeafUsage> = std::collections::BTreeMap::new();
         for l in snapshots.iter().flat_map(|s| &s.leaves) {
-            let sum = leaves.entry(&l.leaf).or_insert_with(|| LeafUsage { leaf: l.leaf.clone(), charged: 0, unallocated: 0 });
+            let sum = leaves.entry(&l.leaf).or_insert_with(|| LeafUsage { leaf: l.leaf.clone(), charged: 0, unallocated: 0, running: 0 });
             sum.charged += l.charged;
             sum.unallocated += l.unallocated;
+            sum.running += l.running;
         }
         Some(UsageSnapshot {
             computed_at: snapshots.iter().map(|s| s.computed_at).min().unwrap_or(first.computed_at),
@@ -162,9 +186,9 @@ impl Ledger {
             for meta in metas {
                 let cluster: String = meta.get(0)?;
                 let leaves = c
-                    .rows("SELECT leaf, charged, unallocated FROM usage_snapshot WHERE cluster = ? ORDER BY leaf", params![&cluster])?
+                    .rows("SELECT leaf, charged, unallocated, running FROM usage_snapshot WHERE cluster = ? ORDER BY leaf", params![&cluster])?
                     .iter()
-                    .map(|r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)? }))
+                    .map(|r| Ok(LeafUsage { leaf: r.get(0)?, charged: r.get(1)?, unallocated: r.get(2)?, running: r.get(3)? }))
                     .collect::<DbResult<Vec<_>>>()?;
                 out.push((cluster, UsageSnapshot { computed_at: meta.get(1)?, budget_version: meta.get(2)?, capacity_gpus: meta.get(3)?, leaves }));
             }

@@ -54,7 +54,7 @@ fn readers_never_see_torn_writes() {
             let mut l = Ledger::open(&path).unwrap();
             let mut t = 1i64;
             while Instant::now() < deadline {
-                let leaves = (0..50).map(|i| LeafUsage { leaf: format!("team{i}"), charged: t, unallocated: t }).collect();
+                let leaves = (0..50).map(|i| LeafUsage { leaf: format!("team{i}"), charged: t, unallocated: t, running: 0 }).collect();
                 let run = RunRow {
                     job_id: t as u32,
                     run_start: t,

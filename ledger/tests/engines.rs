@@ -183,7 +183,10 @@ fn demand_snapshot_events_and_identity(e: &Engine) {
         computed_at: at,
         budget_version: 1,
         capacity_gpus: 32,
-        leaves: vec![LeafUsage { leaf: "a".into(), charged: 7200, unallocated: 5 }, LeafUsage { leaf: "b".into(), charged: 0, unallocated: 0 }],
+        leaves: vec![
+            LeafUsage { leaf: "a".into(), charged: 7200, unallocated: 5, running: 3 },
+            LeafUsage { leaf: "b".into(), charged: 0, unallocated: 0, running: 0 },
+        ],
     };
     let event = |at, job_id, kind: &str| EventRow { at, job_id, kind: kind.into(), detail: format!("{kind} at {at}") };
     l.record_period(&Period {
@@ -254,7 +257,7 @@ fn two_clusters_share_one_ledger(e: &Engine) {
         computed_at: 500,
         budget_version: 1,
         capacity_gpus: gpus,
-        leaves: vec![LeafUsage { leaf: "a".into(), charged, unallocated: 0 }],
+        leaves: vec![LeafUsage { leaf: "a".into(), charged, unallocated: 0, running: 0 }],
     };
     for (cluster, gpus, end) in [("alpha", 8, 200), ("beta", 4, 300)] {
         let mut l = e.writer().for_cluster(Some(cluster)).unwrap();

@@ -91,9 +91,10 @@ fn show(ledger_path: &Location, cluster: crate::ClusterScope<'_>, node: Option<&
     let s = &tree.settings;
     println!("budget version {} synced {} by {} from {}", v.version, crate::format_time(v.synced_at), v.author, v.source);
     println!(
-        "cluster: GPUs {}, lookback {}, min_runtime cap {}, default min_runtime {}, grace {}, preempt margin {}",
+        "cluster: GPUs {}, lookback {}{}, min_runtime cap {}, default min_runtime {}, grace {}, preempt margin {}",
         s.gpus.map(|g| g.to_string()).unwrap_or_else(|| "counted by Slurm".into()),
         allot::duration::format_duration(s.lookback),
+        if s.lookahead > 0 { format!(" (running GPUs counted {} ahead)", allot::duration::format_duration(s.lookahead)) } else { String::new() },
         allot::duration::format_duration(s.min_runtime_cap),
         allot::duration::format_duration(s.default_min_runtime),
         allot::duration::format_duration(s.grace),

@@ -177,6 +177,14 @@ pub fn why_text(l: &Ledger, job: u32) -> anyhow::Result<String> {
         crate::format_time(at)
     );
     let _ = writeln!(out, "  why the budget ranks there, level by level (lower use of its share ranks higher):");
+    if tree.settings.lookahead > 0 {
+        // The figures below are what the order used, not the window's use alone.
+        let _ = writeln!(
+            out,
+            "    (use counts the GPUs each budget's jobs held then as used {} longer: the budget's lookahead)",
+            format_duration(tree.settings.lookahead)
+        );
+    }
     for node in ranking.levels_of(leaf) {
         let s = ranking.standings[node as usize];
         let n = tree.node(node);

@@ -172,7 +172,12 @@ impl Site {
                 span { "waiting jobs " b { (queue.len() + more) } }
             }
             h2 id="tree" { "Budgets" }
-            p { "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted. Standing: the part of its share the budget used over the plugins' window (green under, red over) and its place among its siblings (least used first), which orders the queue." }
+            p {
+                "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted. Standing: the part of its share the budget used over the plugins' window (green under, red over) and its place among its siblings (least used first), which orders the queue."
+                @if tree.settings.lookahead > 0 {
+                    " Its use counts the GPUs its jobs hold as used " (allot::duration::format_duration(tree.settings.lookahead)) " longer (the budget's lookahead)."
+                }
+            }
             table {
                 tr { th { "budget" } th { "share" } th { "demand" } th { "owed" } th { "delivered" } th { "delivered / owed" } th { "charged" } th { "unallocated" } th { "standing" } }
                 @for (id, n) in r.nodes.iter().enumerate() {

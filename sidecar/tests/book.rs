@@ -356,5 +356,5 @@ fn every_policy_setting_is_in_the_shipped_budget_the_book_shows_and_a_simulator_
         assert!(help.contains(&format!("{} <", s.flag())), "allot simulate has no {}", s.flag());
     }
     let conf = read(&book_src().join("admin/configuration.md"));
-    assert!(conf.contains("{{#include ../../../conf/budgets.toml:13:27}}") && cluster.len() >= 14, "the book shows the [cluster] table by these lines");
+    assert!(conf.contains("{{#include ../../../conf/budgets.toml:13:28}}") && cluster.len() >= 14, "the book shows the [cluster] table by these lines");
 }

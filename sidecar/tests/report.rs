@@ -188,7 +188,7 @@ fn the_pictures_are_drawn_for_the_leaves_or_a_subtree() {
     // of its share than a in the plugins' last ranking, so b's job 4 goes first.
     use allot_cli::cluster_report::{draw_queue, queue_rows};
     let mut w = Ledger::open(dir.path().join("ledger.db")).unwrap();
-    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
+    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0, running: 0 };
     let snapshot =
         allot_ledger::UsageSnapshot { computed_at: T0 + 7200, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
     w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
@@ -220,7 +220,7 @@ fn the_page_shows_the_tree_and_a_jobs_explanation_in_a_real_browser() {
     let l = ledger_at(&dir, t0);
     drop(l);
     let mut w = Ledger::open(dir.path().join("ledger.db")).unwrap();
-    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0 };
+    let leaf = |leaf: &str, charged| allot_ledger::LeafUsage { leaf: leaf.into(), charged, unallocated: 0, running: 0 };
     let snapshot = allot_ledger::UsageSnapshot { computed_at: now, budget_version: 1, capacity_gpus: 4, leaves: vec![leaf("p/a", 16800), leaf("b", 6000)] };
     w.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
 

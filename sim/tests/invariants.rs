@@ -220,14 +220,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
     #[test]
-    fn random_workloads_keep_every_invariant((rows, nodes, per_node) in arbitrary_workload(), grace in 0i64..600, checkpoint in 0i64..4000, lookback_h in 1i64..48, small_nodes in 0u32..2, large_wait in prop_oneof![Just(0i64), 60i64..20_000]) {
+    fn random_workloads_keep_every_invariant((rows, nodes, per_node) in arbitrary_workload(), grace in 0i64..600, checkpoint in 0i64..4000, lookback_h in 1i64..48, small_nodes in 0u32..2, large_wait in prop_oneof![Just(0i64), 60i64..20_000], lookahead in prop_oneof![Just(0i64), 60i64..20_000]) {
         let levels = [PriorityLevel::Low, PriorityLevel::Normal, PriorityLevel::High];
         let jobs: Vec<Job> = rows.iter().enumerate().map(|(i, &(submit, gpus, runtime, team, min_runtime, resumable, p))| Job {
             job_id: i as u32, submit, gpus, runtime, team, user: None, min_runtime: Some(min_runtime), resumable, priority: levels[p as usize], kind: u32::from(min_runtime == 0),
         }).collect();
         let w = Workload::from_parts(jobs, vec!["a".into(), "b".into(), "c".into()], vec!["job".into(), "free".into()]);
         let budget = format!(
-            "[cluster]\ngrace = \"{grace}s\"\nlookback = \"{lookback_h}h\"\nmin_runtime_cap = \"8h\"\nlarge_job_wait = \"{large_wait}s\"\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.bc]\nshare=2\n[budget.bc.b]\nshare=1\naccounts=[\"b\"]\n[budget.bc.c]\nshare=3\naccounts=[\"c\"]\n"
+            "[cluster]\ngrace = \"{grace}s\"\nlookback = \"{lookback_h}h\"\nmin_runtime_cap = \"8h\"\nlarge_job_wait = \"{large_wait}s\"\nlookahead = \"{lookahead}s\"\n[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.bc]\nshare=2\n[budget.bc.b]\nshare=1\naccounts=[\"b\"]\n[budget.bc.c]\nshare=3\naccounts=[\"c\"]\n"
         );
         let tree = BudgetTree::parse(&budget).unwrap();
         for policy in [PolicyKind::Allot, PolicyKind::Baseline] {
@@ -264,17 +264,19 @@ fn the_readme_scenario_shows_what_the_design_predicts() {
 }
 
 /// The fragmentation knobs (placement, preemption around the reservation,
-/// protection-end planning, rule 6's `large_job_wait`) keep every invariant, every shortcut checked
+/// protection-end planning, rule 6's `large_job_wait`) and the ranking's
+/// `lookahead` keep every invariant, every shortcut checked
 /// against the policy core, and each changes what happens on some seed
 /// (none is a no-op).
 #[test]
 fn fragmentation_knobs_keep_every_invariant_and_each_changes_the_run() {
     type Knob = (&'static str, fn(&mut Config));
-    let knobs: [Knob; 4] = [
+    let knobs: [Knob; 5] = [
         ("first fit", |c| c.placement = allot_sim::Placement::FirstFit),
         ("preempt around reservation", |c| c.preempt_around_reservation = true),
         ("plan with protection ends", |c| c.plan_with_protection_ends = true),
         ("large_job_wait 2h (rule 6)", |c| c.tree.settings.large_job_wait = 2 * 3600),
+        ("lookahead 2h", |c| c.tree.settings.lookahead = 2 * 3600),
     ];
     for (name, set) in knobs {
         let mut changed = false;

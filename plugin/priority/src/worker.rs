@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use allot::budget::{BudgetTree, FairShareUsage};
 use allot::contract::ContractRules;
-use allot::fairshare::Ranking;
+use allot::fairshare::{with_lookahead, Ranking};
 use allot::occupancy::usage_in_window;
 use allot::order::{PendingJob, PriorityMap, PRIORITY_BOTTOM};
 use allot_ledger::{ContractRow, DemandRow, EventRow, JobEnd, LeafUsage, Ledger, Location, Period, UsageSnapshot};
@@ -170,6 +170,8 @@ struct Recomputed {
     changed: usize,
     ranking: Ranking,
     usage: allot::occupancy::Usage,
+    /// Charged GPUs running per leaf (counted ahead under the budget's `lookahead`).
+    running: Vec<i64>,
     /// Usage of inner nodes (leaves removed with their accounts).
     orphans: Vec<(allot::budget::NodeId, i64)>,
     capacity: u32,
@@ -411,7 +413,7 @@ impl Worker {
         let mut snapshot = None;
         let order = self.order.clone();
         ctld.locked(|locked| {
-            let Recomputed { changed: c, ranking, usage, orphans, capacity, map } = self.recompute(locked, &tree, rules, others.as_ref(), now);
+            let Recomputed { changed: c, ranking, usage, running, orphans, capacity, map } = self.recompute(locked, &tree, rules, others.as_ref(), now);
             changed = c;
             snapshot = Some(UsageSnapshot {
                 computed_at: now,
@@ -421,9 +423,14 @@ impl Worker {
                     .leaves
                     .iter()
                     .enumerate()
-                    .map(|(i, &n)| LeafUsage { leaf: tree.node(n).path.clone(), charged: usage.charged[i], unallocated: usage.unallocated[i] })
+                    .map(|(i, &n)| LeafUsage {
+                        leaf: tree.node(n).path.clone(),
+                        charged: usage.charged[i],
+                        unallocated: usage.unallocated[i],
+                        running: running[i],
+                    })
                     // Inner nodes' rows: the usage of leaves removed with their accounts.
-                    .chain(orphans.iter().map(|&(n, used)| LeafUsage { leaf: tree.node(n).path.clone(), charged: used, unallocated: 0 }))
+                    .chain(orphans.iter().map(|&(n, used)| LeafUsage { leaf: tree.node(n).path.clone(), charged: used, unallocated: 0, running: 0 }))
                     .collect(),
             });
             // Swap in the new order while still holding slurmctld's job lock,
@@ -663,16 +670,25 @@ impl Worker {
             .filter(|&(_, used)| used > 0)
             .map(|(node, used)| (node as allot::budget::NodeId, used))
             .collect();
+        // Charged GPUs running now (the walk's running allocated demand).
+        let running: Vec<i64> = demand.iter().map(|d| i64::from(d[2])).collect();
         let ranking = match others {
-            // As the other plugins and `allot why` rank from the snapshots:
-            // this cluster's usage plus the others' (UsageSnapshot::sum).
+            // As the other plugins and `allot why` rank from the snapshots
+            // (UsageSnapshot::ranking): this cluster's usage plus the others'
+            // (UsageSnapshot::sum), running GPUs counted ahead.
             Some(o) => {
-                let charged: Vec<i64> = usage.charged.iter().zip(o.charged_for(tree)).map(|(own, theirs)| own + theirs).collect();
+                let mut standing: Vec<i64> = usage.charged.iter().zip(o.charged_for(tree)).map(|(own, theirs)| own + theirs).collect();
+                let lab_running: Vec<i64> = running.iter().zip(o.running_for(tree)).map(|(own, theirs)| own + theirs).collect();
+                with_lookahead(&mut standing, &lab_running, tree.settings.lookahead);
                 let mut lab_orphans = orphans.clone();
                 lab_orphans.extend(o.orphans_for(tree));
-                Ranking::compute_with_orphans(tree, &charged, &lab_orphans, tree.settings.gpus.unwrap_or(capacity + o.capacity_gpus), now)
+                Ranking::compute_with_orphans(tree, &standing, &lab_orphans, tree.settings.gpus.unwrap_or(capacity + o.capacity_gpus), now)
             }
-            None => Ranking::compute_with_orphans(tree, &usage.charged, &orphans, capacity, now),
+            None => {
+                let mut standing = usage.charged.clone();
+                with_lookahead(&mut standing, &running, tree.settings.lookahead);
+                Ranking::compute_with_orphans(tree, &standing, &orphans, capacity, now)
+            }
         };
 
         // The order, as priorities.
@@ -711,7 +727,7 @@ impl Worker {
         self.requeued_after_grace.retain(|(id, _)| in_list.contains(id));
         log::debug!("recomputed: {} pending, {} running, {} priorities changed, capacity {capacity} GPUs", pending.len(), book.open_runs(), changed);
         self.note_demand(tree, &demand, now);
-        Recomputed { changed, ranking, usage, orphans, capacity, map }
+        Recomputed { changed, ranking, usage, running, orphans, capacity, map }
     }
 
     /// Queues a demand row for every leaf whose demand changed, and a zero

@@ -45,6 +45,10 @@ pub struct UsageCopy {
     pub capacity_gpus: u32,
     /// (leaf path, charged GPU-seconds, unallocated GPU-seconds).
     pub leaves: Vec<(String, i64, i64)>,
+    /// Charged GPUs running, leaf by leaf as `leaves` (none in a copy
+    /// written before the budget's `lookahead` existed: 0 each).
+    #[serde(default)]
+    pub running: Vec<i64>,
 }
 
 impl UsageCopy {
@@ -54,6 +58,7 @@ impl UsageCopy {
             budget_version: s.budget_version,
             capacity_gpus: s.capacity_gpus,
             leaves: s.leaves.iter().map(|l| (l.leaf.clone(), l.charged, l.unallocated)).collect(),
+            running: s.leaves.iter().map(|l| l.running).collect(),
         }
     }
     pub fn snapshot(&self) -> UsageSnapshot {
@@ -64,7 +69,13 @@ impl UsageCopy {
             leaves: self
                 .leaves
                 .iter()
-                .map(|(leaf, charged, unallocated)| LeafUsage { leaf: leaf.clone(), charged: *charged, unallocated: *unallocated })
+                .enumerate()
+                .map(|(i, (leaf, charged, unallocated))| LeafUsage {
+                    leaf: leaf.clone(),
+                    charged: *charged,
+                    unallocated: *unallocated,
+                    running: self.running.get(i).copied().unwrap_or(0),
+                })
                 .collect(),
         }
     }
@@ -126,14 +137,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = path_in(dir.path());
         assert_eq!(LastGood::read(&path).unwrap(), None, "no copy yet");
-        let usage =
-            UsageSnapshot { computed_at: 7, budget_version: 3, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5 }] };
+        let usage = UsageSnapshot {
+            computed_at: 7,
+            budget_version: 3,
+            capacity_gpus: 8,
+            leaves: vec![LeafUsage { leaf: "a".into(), charged: 100, unallocated: 5, running: 2 }],
+        };
         let copy = LastGood::new(9, &allot_ledger::Location::File("/var/lib/allot/ledger.db".into()), 3, BUDGET, Some(&usage));
         copy.write(&path).unwrap();
         let (back, tree) = LastGood::read(&path).unwrap().unwrap();
         assert_eq!(back, copy);
         assert_eq!(back.usage.unwrap().snapshot(), usage);
         assert_eq!(tree.leaves.len(), 2);
+        // A copy written before `running` was kept still reads: none running.
+        let mut older = serde_json::to_value(&copy).unwrap();
+        older["usage"].as_object_mut().unwrap().remove("running").unwrap();
+        std::fs::write(&path, serde_json::to_vec(&older).unwrap()).unwrap();
+        let read = LastGood::read(&path).unwrap().unwrap().0.usage.unwrap().snapshot();
+        assert_eq!((read.leaves[0].charged, read.leaves[0].running), (100, 0));
 
         std::fs::write(&path, b"{ not json").unwrap();
         let e = LastGood::read(&path).unwrap_err();

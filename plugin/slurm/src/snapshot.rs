@@ -545,8 +545,12 @@ mod tests {
         assert!(!f.refresh(), "nothing changed");
 
         // a used a lot: b ranks first.
-        let snapshot =
-            UsageSnapshot { computed_at: 50, budget_version: 1, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "a".into(), charged: 1000, unallocated: 0 }] };
+        let snapshot = UsageSnapshot {
+            computed_at: 50,
+            budget_version: 1,
+            capacity_gpus: 8,
+            leaves: vec![LeafUsage { leaf: "a".into(), charged: 1000, unallocated: 0, running: 0 }],
+        };
         l.record_period(&Period { snapshot: Some(snapshot), ..Default::default() }).unwrap();
         assert!(f.refresh());
         let s = f.handle().load_full().unwrap();
@@ -595,8 +599,12 @@ mod tests {
         assert!(f.refresh_budget().is_none());
 
         // A copy where b used a lot: a ranks first, from the copy.
-        let usage =
-            UsageSnapshot { computed_at: 50, budget_version: 4, capacity_gpus: 8, leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0 }] };
+        let usage = UsageSnapshot {
+            computed_at: 50,
+            budget_version: 4,
+            capacity_gpus: 8,
+            leaves: vec![LeafUsage { leaf: "b".into(), charged: 900, unallocated: 0, running: 0 }],
+        };
         LastGood::new(60, &(&path).into(), 4, BUDGET, Some(&usage)).write(&copy_path).unwrap();
         assert!(f.refresh());
         let s = f.handle().load_full().unwrap();

@@ -390,6 +390,8 @@ pub(crate) struct Engine<'a> {
     releases: BTreeSet<(i64, u32)>,
     window: OccupancyWindow,
     usage: Vec<i64>,
+    /// Charged GPUs running per leaf, for the ranking's lookahead.
+    running: Vec<i64>,
     /// Allot ranks at every pass: one ranker and one ranking, reused.
     ranker: Ranker,
     ranking: Option<Ranking>,
@@ -574,6 +576,7 @@ impl<'a> Engine<'a> {
             releases: BTreeSet::new(),
             window: OccupancyWindow::new(leaves, cfg.tree.settings.lookback, start),
             usage: Vec::with_capacity(leaves),
+            running: Vec::with_capacity(leaves),
             ranker: Ranker::new(&cfg.tree),
             ranking: None,
             group_order_buffer: Vec::new(),

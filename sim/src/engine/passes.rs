@@ -119,6 +119,11 @@ impl Engine<'_> {
         let ranking = match self.cfg.policy {
             PolicyKind::Allot => {
                 self.window.usage_all(now, &mut self.usage);
+                let lookahead = self.cfg.tree.settings.lookahead;
+                if lookahead > 0 {
+                    self.window.running_all(&mut self.running);
+                    allot::fairshare::with_lookahead(&mut self.usage, &self.running, lookahead);
+                }
                 let capacity = self.cfg.cluster.capacity();
                 Some(match self.ranking.take() {
                     Some(mut r) => {

@@ -501,6 +501,49 @@ fn t11b_a_long_waiting_large_job_asks_no_margin_and_never_takes_a_protected_run(
 }
 
 #[test]
+fn t11c_with_a_lookahead_a_team_ranks_by_the_gpus_it_just_took() {
+    // Team B used 8 GPUs for 10 minutes earlier in the hour's window (4,800
+    // GPU-seconds); team A takes the whole cluster now. By the window alone
+    // A ranks first for the next 2.5 minutes (32 GPUs x 150 s); with a
+    // 10-minute lookahead its 32 running GPUs count 19,200 GPU-seconds at once.
+    let budget = BUDGET.replace("preempt_margin = 0.05", "preempt_margin = 0.05\nlookahead = \"10m\"");
+    let c = TestCluster::start("lookahead", &budget, Options::default());
+    {
+        let mut l = Ledger::open(c.ledger_path()).unwrap();
+        let t = now();
+        let run = RunRow {
+            job_id: 900_000,
+            run_start: t - 1800,
+            run_end: Some(t - 1200),
+            leaf: Some("lab/teamb".into()),
+            account: Some("teamb".into()),
+            user: Some("bob".into()),
+            gpus: 8,
+            allocated: true,
+            end_reason: Some("finished".into()),
+        };
+        l.record_period(&Period { runs: vec![RunUpdate::Open(run)], ..Default::default() }).unwrap();
+    }
+    c.restart_slurmctld();
+    let a: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(600)]).unwrap()).collect();
+    c.wait_for("team A holds the cluster", secs(30), || a.iter().all(|&j| c.job(j).state() == "RUNNING"));
+    let started = now();
+    let a_waits = c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(600)]).unwrap();
+    let b_waits = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(600)]).unwrap();
+    c.wait_for("teamb's waiting job ranks above teama's", secs(30), || {
+        let (pa, pb) = (c.job(a_waits).priority(), c.job(b_waits).priority());
+        pa > 0 && pb > pa
+    });
+    assert!(now() - started < 120, "ranked after the window alone would have put team A behind too");
+    // `allot why` ranks as the plugins do and says what the figures count.
+    let why = text(&c.allot(&["why", &a_waits.to_string()]));
+    assert!(why.lines().any(|l| l.contains("lab/teama") && l.contains("2nd of 2 siblings")), "{why}");
+    assert!(why.contains("as used 10m longer: the budget's lookahead"), "{why}");
+    let show = text(&c.allot(&["budget", "show"]));
+    assert!(show.contains("lookback 1h (running GPUs counted 10m ahead)"), "{show}");
+}
+
+#[test]
 fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_else() {
     // n4 kept: partition gpu is n[1-3], partition small n[1-4], and
     // allot.conf names small as SmallJobPartition.
