@@ -535,7 +535,9 @@ fn t11c_with_a_lookahead_a_team_ranks_by_the_gpus_it_just_took() {
         pa > 0 && pb > pa
     });
     assert!(now() - started < 120, "ranked after the window alone would have put team A behind too");
-    // `allot why` ranks as the plugins do and says what the figures count.
+    // `allot why` ranks as the plugins do and says what the figures count
+    // (once the priority plugin recorded the job).
+    c.wait_for("the ledger records the waiting job", secs(30), || c.allot(&["why", &a_waits.to_string()]).status.success());
     let why = text(&c.allot(&["why", &a_waits.to_string()]));
     assert!(why.lines().any(|l| l.contains("lab/teama") && l.contains("2nd of 2 siblings")), "{why}");
     assert!(why.contains("as used 10m longer: the budget's lookahead"), "{why}");
