@@ -52,28 +52,26 @@ impl UsageSnapshot {
         Ok(())
     }
 
-    /// Charged GPU-seconds by the tree's [`allot::budget::LeafId`]; leaves
-    /// the snapshot does not know count as unused.
-    pub fn charged_for(&self, tree: &BudgetTree) -> Vec<i64> {
+    /// One field of every leaf's row, by the tree's [`allot::budget::LeafId`];
+    /// leaves the snapshot does not know count 0.
+    fn by_leaf(&self, tree: &BudgetTree, field: impl Fn(&LeafUsage) -> i64) -> Vec<i64> {
         let mut out = vec![0; tree.leaves.len()];
         for l in &self.leaves {
             if let Some(leaf) = tree.find(&l.leaf).and_then(|id| tree.node(id).leaf) {
-                out[leaf as usize] = l.charged;
+                out[leaf as usize] = field(l);
             }
         }
         out
     }
 
-    /// Charged GPUs running at `computed_at`, by the tree's
-    /// [`allot::budget::LeafId`] (as [`UsageSnapshot::charged_for`]).
+    /// Charged GPU-seconds by leaf; leaves the snapshot does not know count as unused.
+    pub fn charged_for(&self, tree: &BudgetTree) -> Vec<i64> {
+        self.by_leaf(tree, |l| l.charged)
+    }
+
+    /// Charged GPUs running at `computed_at`, by leaf.
     pub fn running_for(&self, tree: &BudgetTree) -> Vec<i64> {
-        let mut out = vec![0; tree.leaves.len()];
-        for l in &self.leaves {
-            if let Some(leaf) = tree.find(&l.leaf).and_then(|id| tree.node(id).leaf) {
-                out[leaf as usize] = l.running;
-            }
-        }
-        out
+        self.by_leaf(tree, |l| l.running)
     }
 
     /// What each leaf is ranked by: its charged GPU-seconds, and with the

@@ -11,27 +11,32 @@ use std::collections::HashMap;
 use allot_cluster_tests::{now, secs, sleep_job, text, with_unallocated_grace, Options, Release, TestCluster, BUDGET};
 use allot_ledger::{Ledger, Period, RunRow, RunUpdate};
 
+/// Plants in the cluster's ledger a finished run of `gpus` GPUs from
+/// `start` to `end` seconds ago, charged to `team` (lab/team, account team)
+/// by `user`: usage from before the test, as slurmctld's plugins recorded it.
+fn plant_run(cluster: &TestCluster, job_id: u32, team: &str, user: &str, gpus: u32, start: i64, end: i64) {
+    let mut l = Ledger::open(cluster.ledger_path()).unwrap();
+    let t = now();
+    let run = RunRow {
+        job_id,
+        run_start: t - start,
+        run_end: Some(t - end),
+        leaf: Some(format!("lab/{team}")),
+        account: Some(team.into()),
+        user: Some(user.into()),
+        gpus,
+        allocated: true,
+        end_reason: Some("finished".into()),
+    };
+    l.record_period(&Period { runs: vec![RunUpdate::Open(run)], ..Default::default() }).unwrap();
+}
+
 /// Team A used 32 GPUs for the last half hour: twice its allocation (a
 /// quarter of 32 GPUs over the one-hour window).
 fn plant_history(cluster: &TestCluster) {
-    let mut l = Ledger::open(cluster.ledger_path()).unwrap();
-    let t = now();
-    let runs = (0..4)
-        .map(|i| {
-            RunUpdate::Open(RunRow {
-                job_id: 900_000 + i,
-                run_start: t - 1800,
-                run_end: Some(t - 60),
-                leaf: Some("lab/teama".into()),
-                account: Some("teama".into()),
-                user: Some("alice".into()),
-                gpus: 8,
-                allocated: true,
-                end_reason: Some("finished".into()),
-            })
-        })
-        .collect();
-    l.record_period(&Period { runs, ..Default::default() }).unwrap();
+    for i in 0..4 {
+        plant_run(cluster, 900_000 + i, "teama", "alice", 8, 1800, 60);
+    }
 }
 
 /// A cluster whose ledger holds that history; slurmctld is restarted so
@@ -508,22 +513,7 @@ fn t11c_with_a_lookahead_a_team_ranks_by_the_gpus_it_just_took() {
     // 10-minute lookahead its 32 running GPUs count 19,200 GPU-seconds at once.
     let budget = BUDGET.replace("preempt_margin = 0.05", "preempt_margin = 0.05\nlookahead = \"10m\"");
     let c = TestCluster::start("lookahead", &budget, Options::default());
-    {
-        let mut l = Ledger::open(c.ledger_path()).unwrap();
-        let t = now();
-        let run = RunRow {
-            job_id: 900_000,
-            run_start: t - 1800,
-            run_end: Some(t - 1200),
-            leaf: Some("lab/teamb".into()),
-            account: Some("teamb".into()),
-            user: Some("bob".into()),
-            gpus: 8,
-            allocated: true,
-            end_reason: Some("finished".into()),
-        };
-        l.record_period(&Period { runs: vec![RunUpdate::Open(run)], ..Default::default() }).unwrap();
-    }
+    plant_run(&c, 900_000, "teamb", "bob", 8, 1800, 1200);
     c.restart_slurmctld();
     let a: Vec<u32> = (0..4).map(|_| c.sbatch("alice", &["--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(600)]).unwrap()).collect();
     c.wait_for("team A holds the cluster", secs(30), || a.iter().all(|&j| c.job(j).state() == "RUNNING"));
