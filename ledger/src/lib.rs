@@ -67,7 +67,7 @@ pub enum LedgerError {
     /// A ledger location or its password file that cannot be used.
     #[error("{0}")]
     Config(String),
-    #[error("ledger {path}: schema version {found} but this allot expects {expected}; run `allot sync` (as the ledger's owner) to migrate it")]
+    #[error("ledger {path}: schema version {found} but this allot expects {expected}; {}", schema_remedy(*found, *expected))]
     SchemaMismatch { path: String, found: usize, expected: usize },
     #[error("ledger {path} is on {filesystem}, a network filesystem: SQLite's locks and write-ahead log work on one host only, so a ledger there would be corrupted by a second host (a backup slurmctld, `allot` on a login node). Keep the file on the controller's local disk, or put the ledger on the site's MariaDB/MySQL server (LedgerUrl=mysql://... in allot.conf)")]
     NetworkFilesystem { path: String, filesystem: &'static str },
@@ -78,6 +78,17 @@ pub enum LedgerError {
     /// A budget sync refused by its permission check; nothing was written.
     #[error("{0}")]
     Refused(String),
+}
+
+/// What to do about a ledger of another schema version. A newer one was
+/// migrated by a newer allot: typically `allot sync` of an upgraded package
+/// while slurmctld still runs the plugins it loaded before the upgrade.
+fn schema_remedy(found: usize, expected: usize) -> &'static str {
+    if found > expected {
+        "a newer allot migrated it: restart slurmctld so that it loads the installed plugins, and use the allot command of the same version"
+    } else {
+        "run `allot sync` (as the ledger's owner) to migrate it"
+    }
 }
 
 /// A schema migration that failed, on either engine.

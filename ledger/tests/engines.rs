@@ -400,7 +400,9 @@ fn a_schema_3_server_ledger_migrates_and_is_adopted(server: &MariaDb) {
         old.execute_raw(sql).unwrap();
     }
     drop(old);
-    assert!(matches!(e.reader().err(), Some(LedgerError::SchemaMismatch { found: 3, .. })));
+    let older = e.reader().err();
+    assert!(matches!(older, Some(LedgerError::SchemaMismatch { found: 3, .. })));
+    assert!(older.unwrap().to_string().contains("run `allot sync`"));
     let mut alpha = e.writer().for_cluster(Some("alpha")).unwrap();
     assert!(alpha.runs_of_job(5).unwrap().is_empty(), "not adopted yet");
     assert_eq!(alpha.adopt_unclustered().unwrap(), 4);
@@ -438,4 +440,5 @@ fn server_only_checks(server: &MariaDb) {
     assert!(matches!(err, LedgerError::SchemaMismatch { found: 99, .. }), "{err}");
     let err = e.reader().err().unwrap();
     assert!(matches!(err, LedgerError::SchemaMismatch { found: 99, .. }), "{err}");
+    assert!(err.to_string().contains("a newer allot migrated it: restart slurmctld"), "{err}");
 }
