@@ -148,6 +148,43 @@ impl RunBook {
         }
     }
 
+    /// Takes back the run updates an earlier slurmctld kept but could not
+    /// write (allot_slurm::unwritten), in the order they were made: into the
+    /// book, and queued to be written again. Call before the first walk, so
+    /// that a run closed in them is not closed again as gone.
+    pub fn take_back(&mut self, updates: Vec<RunUpdate>, tree: &BudgetTree) {
+        for update in updates {
+            match &update {
+                RunUpdate::Open(row) => match row.run_end {
+                    None => {
+                        if !self.open.contains_key(&(row.job_id, row.run_start)) && !self.open_by_job.contains_key(&row.job_id) {
+                            self.open_by_job.insert(row.job_id, row.run_start);
+                            self.open.insert((row.job_id, row.run_start), Run::new(row.clone(), tree));
+                        }
+                    }
+                    Some(_) => {
+                        if !self.closed.iter().any(|r| (r.row.job_id, r.row.run_start) == (row.job_id, row.run_start)) {
+                            self.close(Run::new(row.clone(), tree));
+                        }
+                    }
+                },
+                // A run the book has open (from the ledger, or opened above)
+                // ends as it ended; one it does not is ended by the write.
+                RunUpdate::Close { job_id, run_start, run_end, reason } => {
+                    if let Some(mut run) = self.open.remove(&(*job_id, *run_start)) {
+                        if self.open_by_job.get(job_id) == Some(run_start) {
+                            self.open_by_job.remove(job_id);
+                        }
+                        run.row.run_end = Some(*run_end);
+                        run.row.end_reason = Some(reason.clone());
+                        self.close(run);
+                    }
+                }
+            }
+            self.unwritten.push(update);
+        }
+    }
+
     /// Points every run at its leaf in a new budget tree (a run of a leaf
     /// removed from the budget goes to the leaf its account belongs to now,
     /// if any).
@@ -491,5 +528,77 @@ mod tests {
         book.observe(50, &[seen(7, 10, 8, "a", true)], &t, |_| Ending::Unknown);
         assert!(book.unwritten().is_empty());
         assert_eq!(book.open_runs(), 1);
+    }
+
+    #[test]
+    fn updates_kept_across_a_restart_are_taken_back_once_and_written_again() {
+        let t = tree();
+        // Before the restart: job 7 (in the ledger, open) ended at 40; job 8
+        // ran 20-30 and job 9 started at 35, neither written.
+        let mut before = RunBook::from_ledger(
+            vec![RunRow {
+                job_id: 7,
+                run_start: 10,
+                run_end: None,
+                leaf: Some("a".into()),
+                account: None,
+                user: None,
+                gpus: 8,
+                allocated: true,
+                end_reason: None,
+            }],
+            &t,
+        );
+        before.run_ended(ended(7, 10, 40, 8, "a", "completed"), &t);
+        before.run_ended(ended(8, 20, 30, 2, "b", "completed"), &t);
+        before.observe(45, &[seen(9, 35, 1, "b", true)], &t, |_| Ending::Unknown);
+        let kept = before.unwritten().to_vec();
+        assert_eq!(kept.len(), 3);
+        // After it: the ledger still has job 7 open; Slurm has forgotten 7 and 8.
+        let ledger_rows = vec![RunRow {
+            job_id: 7,
+            run_start: 10,
+            run_end: None,
+            leaf: Some("a".into()),
+            account: None,
+            user: None,
+            gpus: 8,
+            allocated: true,
+            end_reason: None,
+        }];
+        let mut book = RunBook::from_ledger(ledger_rows, &t);
+        book.take_back(kept.clone(), &t);
+        // The first walk sees job 9 still running, 7 and 8 gone: nothing is
+        // closed again, nothing opened twice.
+        book.observe(60, &[seen(9, 35, 1, "b", true)], &t, |_| Ending::Unknown);
+        assert_eq!(book.unwritten(), &kept[..], "exactly the kept updates are written again");
+        assert_eq!(charged(&book, 60), vec![8 * 30, 2 * 10 + 25]);
+        let mut ledger = allot_ledger::Ledger::in_memory().unwrap();
+        ledger.record_period(&allot_ledger::Period { runs: ledger_rows_open_7(), ..Default::default() }).unwrap();
+        ledger.record_period(&allot_ledger::Period { runs: book.unwritten().to_vec(), ..Default::default() }).unwrap();
+        let rows: Vec<(u32, i64, Option<i64>)> = ledger.runs_since(0).unwrap().iter().map(|r| (r.job_id, r.run_start, r.run_end)).collect();
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        for want in [(7, 10, Some(40)), (8, 20, Some(30)), (9, 35, None)] {
+            assert!(rows.contains(&want), "{want:?} not in {rows:?}");
+        }
+        // Taken back twice (a second restart before the ledger took them): the same book.
+        let again = book.unwritten().to_vec();
+        book.take_back(again, &t);
+        assert_eq!(charged(&book, 60), vec![8 * 30, 2 * 10 + 25]);
+        assert_eq!(book.open_runs(), 1);
+    }
+
+    fn ledger_rows_open_7() -> Vec<RunUpdate> {
+        vec![RunUpdate::Open(RunRow {
+            job_id: 7,
+            run_start: 10,
+            run_end: None,
+            leaf: Some("a".into()),
+            account: None,
+            user: None,
+            gpus: 8,
+            allocated: true,
+            end_reason: None,
+        })]
     }
 }

@@ -34,6 +34,7 @@ use allot_slurm::job::{EndState, Job, JobState};
 use allot_slurm::last_good::LastGood;
 use allot_slurm::policy::{contract_held, contract_of, contract_of_comment, leaf_of, pending_job, running_job};
 use allot_slurm::snapshot::{Follower, LedgerFile, ProblemLog};
+use allot_slurm::unwritten::Unwritten;
 
 use crate::runs::{Ended, Ending, Observed, RunBook};
 
@@ -219,6 +220,13 @@ pub struct Worker {
     follower: Follower,
     /// Where the last good copy is written after each recorded recompute.
     last_good: Option<PathBuf>,
+    /// Where the run updates not yet in the ledger are kept across a
+    /// restart (allot_slurm::unwritten), and how many the file holds.
+    unwritten: Option<PathBuf>,
+    kept_in_file: usize,
+    /// Whether the updates an earlier slurmctld kept were taken back.
+    taken_back: bool,
+    unwritten_problems: ProblemLog,
     writer: LedgerFile,
     writer_problems: ProblemLog,
     copy_problems: ProblemLog,
@@ -283,6 +291,10 @@ impl Worker {
         let follower = Follower::new(ledger.clone(), cluster.as_deref(), last_good.clone());
         Worker {
             last_good,
+            unwritten: allot_slurm::unwritten_path(),
+            kept_in_file: 0,
+            taken_back: false,
+            unwritten_problems: ProblemLog::default(),
             period,
             order,
             signal,
@@ -397,6 +409,10 @@ impl Worker {
                 Err(_) => self.writer.close(),
             }
             self.tree_version = Some(tree_key);
+        }
+        if !self.taken_back {
+            self.taken_back = true;
+            self.take_back_unwritten(now, &tree);
         }
         if self.tree_version != Some(tree_key) {
             log::info!("budget version {version} loaded: {} leaves", tree.leaves.len());
@@ -784,7 +800,67 @@ impl Worker {
             }
         }
         let held = self.book.as_ref().map_or(0, |b| b.unwritten().len());
-        self.writer_problems.report("writing the ledger", result.map_err(|e| format!("{e}; {held} run updates are kept in memory until they are written")));
+        let kept = self.unwritten.as_ref().map_or(String::new(), |p| format!(" and in {}", p.display()));
+        let failed = result.is_err();
+        self.writer_problems
+            .report("writing the ledger", result.map_err(|e| format!("{e}; {held} run updates are kept in memory{kept} until they are written")));
+        self.keep_unwritten(failed);
+    }
+
+    /// After a failed write, keeps the run updates not yet in the ledger in
+    /// StateSaveLocation (when they changed), so that a restart before the
+    /// ledger takes them loses none; after a good one, removes the file.
+    fn keep_unwritten(&mut self, failed: bool) {
+        let Some(path) = self.unwritten.clone() else { return };
+        let updates = self.book.as_ref().map_or(&[][..], |b| b.unwritten());
+        let result = if failed && !updates.is_empty() {
+            if updates.len() == self.kept_in_file {
+                return;
+            }
+            let count = updates.len();
+            let result = Unwritten::new(allot_slurm::now(), self.writer.location(), updates).write(&path);
+            if result.is_ok() {
+                self.kept_in_file = count;
+            }
+            result
+        } else if updates.is_empty() && (self.kept_in_file > 0 || path.exists()) {
+            let result = Unwritten::remove(&path);
+            if result.is_ok() {
+                self.kept_in_file = 0;
+            }
+            result
+        } else {
+            return;
+        };
+        self.unwritten_problems.report("keeping the run updates not yet in the ledger", result);
+    }
+
+    /// Takes back the run updates an earlier slurmctld kept because the
+    /// ledger could not take them (before this one restarted, or on the
+    /// other controller): they are written with the next period.
+    fn take_back_unwritten(&mut self, now: i64, tree: &BudgetTree) {
+        let (Some(path), Some(book)) = (self.unwritten.as_ref(), self.book.as_mut()) else { return };
+        match Unwritten::read(path) {
+            Ok(None) => {}
+            Ok(Some(kept)) => {
+                let count = kept.updates.len();
+                log::warn!(
+                    "took back {count} run updates not yet in the ledger from {} (kept {} s ago, for {}); they are written with the next period",
+                    path.display(),
+                    now - kept.written_at,
+                    kept.ledger
+                );
+                book.take_back(kept.run_updates(), tree);
+                self.kept_in_file = count;
+            }
+            Err(e) => {
+                // Set aside, not removed: the runs in it are charges, for an admin to look at.
+                let aside = path.with_extension(format!("json.unreadable-{now}"));
+                let moved = std::fs::rename(path, &aside)
+                    .map_or_else(|m| format!("it could not be moved aside: {m}"), |_| format!("moved aside to {}", aside.display()));
+                log::error!("{e}; {moved}");
+            }
+        }
     }
 
     /// The copy a slurmctld that starts with an unreadable ledger decides

@@ -117,13 +117,20 @@ impl LastGood {
     /// Writes the copy to `path`: a temporary file beside it, flushed to
     /// disk, then renamed over it.
     pub fn write(&self, path: &Path) -> Result<(), String> {
-        let dir = path.parent().unwrap_or(Path::new("."));
         let json = serde_json::to_vec(self).map_err(|e| format!("cannot encode the last good copy: {e}"))?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
-        tmp.write_all(&json).and_then(|_| tmp.as_file().sync_all()).map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
-        tmp.persist(path).map_err(|e| format!("cannot rename the last good copy to {}: {}", path.display(), e.error))?;
-        Ok(())
+        write_whole(path, &json)
     }
+}
+
+/// Writes `bytes` to `path` whole or not at all: a temporary file beside
+/// it, flushed to disk, then renamed over it (a reader sees the old file or
+/// the new one, never half of one).
+pub(crate) fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(|e| format!("cannot write in {}: {e}", dir.display()))?;
+    tmp.write_all(bytes).and_then(|_| tmp.as_file().sync_all()).map_err(|e| format!("cannot write {}: {e}", tmp.path().display()))?;
+    tmp.persist(path).map_err(|e| format!("cannot rename {} to {}: {}", e.file.path().display(), path.display(), e.error))?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub mod logger;
 pub mod policy;
 pub mod snapshot;
 pub mod strings;
+pub mod unwritten;
 
 pub use export::{JobCompPlugin, JobSubmitPlugin, Plugin, PreemptPlugin, PreemptQuery, PriorityPlugin, Refusal};
 pub use libc;
@@ -58,9 +59,19 @@ pub fn load_allot_conf() -> Result<config::AllotConf, String> {
 /// The last good copy's path: in slurm.conf's `StateSaveLocation` (None if
 /// slurmctld has none configured).
 pub fn last_good_path() -> Option<std::path::PathBuf> {
+    state_save_location().map(|dir| last_good::path_in(&dir))
+}
+
+/// Where the run updates not yet in the ledger are kept across a restart
+/// ([`unwritten`]): slurm.conf's `StateSaveLocation`.
+pub fn unwritten_path() -> Option<std::path::PathBuf> {
+    state_save_location().map(|dir| unwritten::path_in(&dir))
+}
+
+fn state_save_location() -> Option<std::path::PathBuf> {
     // SAFETY: slurm_conf is libslurmfull's configuration, read-only after startup; state_save_location is a NUL-terminated string or NULL.
     let dir = unsafe { strings::borrowed_str((*std::ptr::addr_of!(sys::slurm_conf)).state_save_location) }?;
-    Some(last_good::path_in(std::path::Path::new(dir.trim())))
+    Some(std::path::PathBuf::from(dir.trim()))
 }
 
 /// The name of user `uid`, or the number if it has none.

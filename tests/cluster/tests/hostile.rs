@@ -538,7 +538,7 @@ impl Drop for SmallDisk {
 /// keep every run in memory and say so, and once space is freed every run
 /// of the fault reaches the ledger as Slurm ran it; the ledger is intact.
 #[test]
-fn h8_a_full_ledger_disk_loses_no_run() {
+fn h8_a_full_ledger_disk_loses_no_run_even_across_a_restart() {
     let c = TestCluster::start("ledgerfull", BUDGET, Options::default());
     // The ledger on a small disk of its own: a fresh one there, then
     // slurmctld pointed at it.
@@ -593,13 +593,34 @@ fn h8_a_full_ledger_disk_loses_no_run() {
     assert!(lines.len() <= 2, "logged once a minute at most, not per period:\n{}", lines.join("\n"));
     let missing = runs_of(&during).map_or(during.len(), |r| r.values().filter(|runs| !runs.iter().any(|r| r.run_end.is_some())).count());
     assert!(missing > 0, "nothing failed to be written: the disk was not full");
+    let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+
+    // slurmctld restarts while the disk is still full (an on-call engineer,
+    // a crash, the backup taking over), after Slurm has forgotten the jobs
+    // that ended (MinJobAge): the runs kept in memory are not in Slurm's job
+    // list any more, only in StateSaveLocation/allot-unwritten.json.
+    let slurm_conf = c.dir.join("etc/slurm.conf");
+    let mut conf_text = std::fs::read_to_string(&slurm_conf).unwrap();
+    conf_text.push_str("MinJobAge=2\n");
+    std::fs::write(&slurm_conf, conf_text).unwrap();
+    c.restart_slurmctld();
+    c.wait_for("Slurm forgets the jobs that ended", secs(150), || {
+        let known: BTreeSet<u32> = c.jobs().iter().map(|j| j.id).collect();
+        during.iter().all(|j| !known.contains(j))
+    });
+    let kept = c.dir.join("state/allot-unwritten.json");
+    assert!(kept.exists(), "no {} while runs wait to be written", kept.display());
+    c.restart_slurmctld();
+    c.wait_for("the restarted plugin says it took the kept runs back", secs(30), || {
+        c.ctld_log().lines().any(|l| l.contains("priority/allot") && l.contains("run updates not yet in the ledger") && l.contains("allot-unwritten.json"))
+    });
 
     // Space again: every run of the fault arrives, as Slurm ran it.
     std::fs::remove_file(filler).unwrap();
     c.wait_for("the kept runs reach the ledger", secs(60), || {
         runs_of(&during).is_some_and(|r| r.values().all(|runs| runs.iter().any(|r| r.run_end.is_some())))
     });
-    let slurm: HashMap<u32, JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+    c.wait_for("the kept runs' file goes once they are written", secs(30), || !kept.exists());
     let runs = runs_of(&during).unwrap();
     for &id in before.iter().chain(&during) {
         let r = if during.contains(&id) { &runs[&id] } else { &runs_of(&[id]).unwrap()[&id] };
