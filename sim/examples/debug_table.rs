@@ -72,7 +72,14 @@ fn mechanisms() -> Vec<Mechanism> {
             },
         },
         Mechanism { name: "shipped, bf_max_job_test 5000", apply: |c| c.bf_max_job_test = 5000 },
-        Mechanism { name: "shipped, bf_interval 10s", apply: |c| c.bf_interval = 10 },
+        Mechanism { name: "shipped, Slurm's default reach (500 / 100 / 30 s)", apply: |c| c.set_reach(allot_sim::Reach::SLURM_DEFAULTS) },
+        Mechanism {
+            name: "shipped + 1 small-job node, Slurm's default reach",
+            apply: |c| {
+                c.small_job_nodes = 1;
+                c.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
+            },
+        },
         Mechanism { name: "shipped, checkpoint in grace", apply: |c| c.checkpoint_interval = 0 },
         Mechanism { name: "shipped, margin 0.05", apply: |c| c.tree.settings.preempt_margin = 0.05 },
         Mechanism { name: "shipped, margin 0.02", apply: |c| c.tree.settings.preempt_margin = 0.02 },

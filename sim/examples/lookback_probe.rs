@@ -63,6 +63,8 @@ fn main() {
     }
     let w = steady_shaped(&tree, cluster, days, &shape);
     let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
+    // Measured with Slurm's own scheduler reach (docs/src/admin/configuration.md).
+    cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
     cfg.tree.settings.lookback = lb;
     if let Some(m) = env("MARGIN") {
         cfg.tree.settings.preempt_margin = m.parse().unwrap();

@@ -45,6 +45,8 @@ fn main() {
         println!(" ---: | ---: | ---: | ---: | ---: |");
         for lb in &lookbacks {
             let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
+            // Measured with Slurm's own scheduler reach (docs/src/admin/configuration.md).
+            cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
             cfg.tree.settings.lookback = parse_lookback(lb);
             cfg.horizon = Some(days * DAY);
             let sim = simulate(&w, &cfg, &mut |_| {});

@@ -1,7 +1,8 @@
 //! The smoothness table of docs/src/simulator/report.md ("Smoothness"): the
 //! budget's `lookahead` (a team's running GPUs count as used this much longer
 //! in its standing) off and at a few lengths, on the debug-under-overload
-//! classes (32x8, 14 days, training at 2.5-3x the cluster) with the shipped
+//! classes (32x8, 14 days, training at 2.5-3x the cluster; `narrow`: its
+//! training of one or two nodes, with an 8-hour lookahead too) with the shipped
 //! layout (one node kept for small jobs) and with the policy alone, and on
 //! the generated month (75x8, one node kept).
 //!
@@ -68,7 +69,7 @@ fn main() {
     let lookaheads = [("off", 0), ("1h", 3600), ("4h", 4 * 3600), ("12h", 12 * 3600)];
     println!("| class | layout | lookahead | hours below half share (worst team) | worst team's debug p90 | lowest delivered/owed, whole run | lowest, loaded days | occupancy | preemptions | GPU-h lost |");
     println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
-    for class in ["base", "load3", "unequal", "bursty"] {
+    for class in ["base", "load3", "unequal", "bursty", "narrow"] {
         let cases: Vec<(DebugParams, Workload, BudgetTree)> = seeds
             .iter()
             .map(|&seed| {
@@ -79,7 +80,12 @@ fn main() {
             })
             .collect();
         for (layout, nodes) in [("1 node kept", 1), ("policy alone", 0)] {
-            for &(name, lookahead) in &lookaheads {
+            // `narrow` (training of one or two nodes): also 8h, the lookahead that meets every goal there.
+            let mut these = lookaheads.to_vec();
+            if class == "narrow" {
+                these.insert(3, ("8h", 8 * 3600));
+            }
+            for &(name, lookahead) in &these {
                 if nodes == 0 && !["off", "4h"].contains(&name) {
                     continue;
                 }

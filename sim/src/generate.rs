@@ -258,11 +258,14 @@ pub struct DebugParams {
     /// is their whole runtime, 4 to 8 h): their debug jobs have no teammate
     /// to preempt.
     pub pinned_teams: u32,
+    /// The whole nodes a training job takes, the fewest and the most
+    /// (uniform between).
+    pub training_nodes: (u32, u32),
     pub seed: u64,
 }
 
 /// The variants of the debug scenario, by name.
-pub const DEBUG_VARIANTS: [&str; 6] = ["base", "load3", "unequal", "bursty", "pinned", "undeclared"];
+pub const DEBUG_VARIANTS: [&str; 7] = ["base", "load3", "unequal", "bursty", "pinned", "undeclared", "narrow"];
 
 impl DebugParams {
     /// `base`: 32x8, 14 days, 6 equal teams, training at 2.5x capacity, 300
@@ -278,6 +281,7 @@ impl DebugParams {
             debug_priority: PriorityLevel::High,
             bursty_teams: 0,
             pinned_teams: 0,
+            training_nodes: (2, 8),
             seed,
         }
     }
@@ -292,6 +296,9 @@ impl DebugParams {
             "bursty" => DebugParams { bursty_teams: 3, ..b },
             "pinned" => DebugParams { pinned_teams: 1, ..b },
             "undeclared" => DebugParams { debug_priority: PriorityLevel::Normal, ..b },
+            // Training of one or two nodes (8-16 GPUs, at most 3/8 of a
+            // team's 42-GPU share) instead of two to eight (16-64 GPUs).
+            "narrow" => DebugParams { training_nodes: (1, 2), ..b },
             _ => return None,
         })
     }
@@ -299,7 +306,7 @@ impl DebugParams {
 
 /// Generates the debug-under-overload scenario and its (flat) budget.
 /// Per team, by share of the training load:
-/// - `training`: 2 to 8 whole nodes (16-64 GPUs on 8-GPU nodes), runtime
+/// - `training`: `training_nodes` whole nodes (base: 2 to 8, 16-64 GPUs on 8-GPU nodes), runtime
 ///   4 to 24 h (uniform), minimum runtime 2, 4, 6 or 8 h, resumable,
 ///   priority normal; Poisson arrivals over the span (bursty teams: in
 ///   bursts, see [`DebugParams::bursty_teams`]);
@@ -330,8 +337,9 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
         let user = format!("{}-u{}", names[t], zipf_user(rng, 4));
         jobs.push(Job { job_id: 0, submit, gpus, runtime, team: t as u32, user: Some(user), min_runtime: Some(min_runtime), resumable, priority, kind });
     };
-    // Mean GPU-seconds of a training job (uniform nodes 2..=8 x uniform 4..24 h).
-    let mean_training = 5.0 * g as f64 * 14.0 * HOUR as f64;
+    // Mean GPU-seconds of a training job (uniform nodes x uniform 4..24 h).
+    let (fewest, most) = (p.training_nodes.0.max(1), p.training_nodes.1.max(p.training_nodes.0.max(1)));
+    let mean_training = (fewest + most) as f64 / 2.0 * g as f64 * 14.0 * HOUR as f64;
     for t in 0..teams {
         let share = p.shares.get(t).copied().unwrap_or(1) as f64 / total_share as f64;
         let wanted = p.load * p.cluster.capacity() as f64 * span as f64 * share;
@@ -347,7 +355,7 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
         };
         for _ in 0..n {
             let submit = if bursty { bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..2 * DAY) } else { rng.gen_range(0..span) };
-            let nodes = rng.gen_range(2..=8u32);
+            let nodes = rng.gen_range(fewest..=most);
             let (runtime, min_runtime) = if pinned {
                 let r = rng.gen_range(4 * HOUR..=8 * HOUR);
                 (r, r)

@@ -169,14 +169,16 @@ fn rule_5_with_nothing_to_take_changes_nothing() {
 /// pass), at no cost in occupancy, share or lost work, since free fillers
 /// keep the node busy and debug jobs take their GPUs at once.
 #[test]
-fn one_small_job_node_starts_every_teams_debug_jobs_within_a_minute() {
+fn one_small_job_node_starts_every_teams_debug_jobs_within_30_seconds() {
     for v in ["base", "load3", "unequal", "bursty", "pinned", "undeclared"] {
         for seed in 1..=2 {
             let p = DebugParams::variant(v, seed).unwrap();
             let kept = run(&p, |c| c.small_job_nodes = 1);
             let shipped = run(&p, |_| {});
             let what = format!("{v} seed {seed}\n{}\n{}", summary("1 small-job node", &kept), summary("shipped", &shipped));
-            assert!(worst_team_debug_p90(&kept) <= MIN, "{what}");
+            // The seed's stretch goal: 30 s (measured 8-9 s with the shipped
+            // scheduler reach, a backfill pass every 10 s).
+            assert!(worst_team_debug_p90(&kept) <= 30, "{what}");
             assert!(kept.by_kind["debug"].wait_p99_s <= 2 * MIN, "{what}");
             assert!(worst_team_debug_p90(&shipped) > 5 * MIN, "{what}"); // what the node is for
             assert!(kept.occupancy >= shipped.occupancy - 0.005 && kept.occupancy >= 0.96, "{what}");
@@ -285,5 +287,42 @@ fn the_generator_makes_the_documented_class() {
     assert!(w.jobs.iter().filter(|j| kind(j) == "filler").all(|j| j.min_runtime == Some(0)));
     for v in allot_sim::generate::DEBUG_VARIANTS {
         assert!(DebugParams::variant(v, 1).is_some());
+    }
+}
+
+/// Where training jobs are a node or two (`narrow`: 8-16 GPUs, at most 3/8
+/// of a team's share), the shipped layout with the budget's `lookahead` at
+/// 8 hours gives every goal of the seed at once: every team's debug p90
+/// within 30 s, every team at 95% of what it was owed over the whole run
+/// and the loaded days, occupancy at least 98%, and fewer than 5% of the
+/// hours a team wanted its share spent below half of it (measured 0-2.4%,
+/// 41-50% without the lookahead).
+#[test]
+fn with_small_training_jobs_and_a_lookahead_the_shipped_layout_meets_every_goal() {
+    for seed in 1..=3 {
+        let p = DebugParams::variant("narrow", seed).unwrap();
+        let kept = |lookahead: i64, horizon: Option<i64>| {
+            run(&p, move |c| {
+                c.small_job_nodes = 1;
+                c.tree.settings.lookahead = lookahead;
+                c.horizon = horizon;
+            })
+        };
+        let with = kept(8 * 3600, None);
+        let loaded = kept(8 * 3600, Some((p.days * 86_400.0) as i64));
+        let without = kept(0, None);
+        let what = format!(
+            "narrow seed {seed}: below half share {:.3} (without lookahead {:.3})\n{}\n{}",
+            with.worst_team_hours_below_half_share,
+            without.worst_team_hours_below_half_share,
+            summary("1 node kept, lookahead 8h", &with),
+            summary("the same, loaded days", &loaded)
+        );
+        assert!(worst_team_debug_p90(&with) <= 30, "{what}");
+        assert!(lowest_delivered_over_owed(&with) >= 0.95, "{what}");
+        assert!(lowest_delivered_over_owed(&loaded) >= 0.95, "{what}");
+        assert!(with.occupancy >= 0.98, "{what}");
+        assert!(with.worst_team_hours_below_half_share < 0.05, "{what}");
+        assert!(without.worst_team_hours_below_half_share > 0.3, "{what}"); // what the lookahead is for
     }
 }

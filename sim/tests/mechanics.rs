@@ -144,7 +144,8 @@ fn small_job_nodes_take_only_small_and_unallocated_jobs() {
     // training job (min_runtime 2h) runs on node 0 from 0; a second one at
     // 10 s cannot use node 1 and waits for the first to end at 10h. b's free
     // job (unallocated, 4 GPUs; submitted at 20 s behind a's blocked job, so
-    // started by the next backfill pass, at 40 s) takes node 1; b's debug job (1 GPU,
+    // started by a backfill pass, every 10 s from the first submission as
+    // the shipped bf_interval: at 20 s) takes node 1; b's debug job (1 GPU,
     // min_runtime 10m: small) at 1h takes its GPUs at once (no grace for an
     // unallocated victim), on node 1 while node 0 stays a's.
     let w = workload("1,0,4,36000,a,7200,true,normal\n2,10,4,36000,a,7200,true,normal\n3,20,4,36000,b,0,true,low\n4,3600,1,600,b,600,false,normal\n");
@@ -154,7 +155,7 @@ fn small_job_nodes_take_only_small_and_unallocated_jobs() {
     assert_eq!(runs_of(&sim, &w, 1)[0].slots.iter().map(|s| s.0).collect::<Vec<_>>(), vec![0]);
     assert_eq!(runs_of(&sim, &w, 2)[0].start, 36000);
     let free = runs_of(&sim, &w, 3);
-    assert_eq!((free[0].start, free[0].slots[0].0, free[0].ended, free[0].end), (40, 1, RunEnd::Preempted { signal: H }, H));
+    assert_eq!((free[0].start, free[0].slots[0].0, free[0].ended, free[0].end), (20, 1, RunEnd::Preempted { signal: H }, H));
     let debug = runs_of(&sim, &w, 4);
     assert_eq!((debug[0].start, debug[0].slots[0].0), (H, 1));
     // Without the kept node the second training job takes node 1 at 10 s
@@ -476,4 +477,23 @@ fn a_long_waiting_large_job_takes_runs_past_their_minimum_runtime_and_never_soon
     // budget over its share is the policy core's property test.
     let small = run(&w, &config("2x4", "grace = \"5m\"\nlarge_job_wait = \"2h\"", PolicyKind::Allot));
     assert_eq!(runs_of(&small, &w, 5)[0].start, 36000);
+}
+
+/// The simulator models the scheduler's reach the shipped
+/// conf/slurm-allot.conf sets (its SchedulerParameters line), not Slurm's
+/// own defaults: `allot simulate` models the cluster an admin installs.
+#[test]
+fn the_modeled_scheduler_reach_is_the_shipped_confs() {
+    let conf = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../conf/slurm-allot.conf")).unwrap();
+    let line = conf.lines().find_map(|l| l.strip_prefix("SchedulerParameters=")).expect("a SchedulerParameters line");
+    // Slurm reads each option with a substring search: the first occurrence wins.
+    let value = |key: &str| -> i64 {
+        line.split(',').find_map(|o| o.strip_prefix(&format!("{key}="))).unwrap_or_else(|| panic!("no {key} in {line}")).parse().unwrap()
+    };
+    let reach = allot_sim::Reach::SHIPPED;
+    assert_eq!(value("bf_max_job_test"), reach.bf_max_job_test as i64);
+    assert_eq!(value("default_queue_depth"), reach.default_queue_depth as i64);
+    assert_eq!(value("bf_interval"), reach.bf_interval);
+    let cfg = Config::new("4x8".parse().unwrap(), BudgetTree::parse("[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n").unwrap(), PolicyKind::Allot);
+    assert_eq!((cfg.bf_max_job_test, cfg.default_queue_depth, cfg.bf_interval), (reach.bf_max_job_test, reach.default_queue_depth, reach.bf_interval));
 }

@@ -224,17 +224,17 @@ pub(super) struct RunArgs {
     /// Baseline: use the workload's priority column as cluster-wide static priority levels (default: one level, first come first served).
     #[arg(long)]
     pub(super) baseline_priority_levels: bool,
-    /// Pending jobs one backfill pass considers (Slurm's bf_max_job_test).
-    #[arg(long, default_value_t = 500)]
+    /// Pending jobs one backfill pass considers (Slurm's bf_max_job_test; the default is the shipped slurm-allot.conf's, Slurm's own is 500).
+    #[arg(long, default_value_t = allot_sim::Reach::SHIPPED.bf_max_job_test)]
     pub(super) bf_max_job_test: usize,
     /// Preemption searches per scheduling pass.
     #[arg(long, default_value_t = 16)]
     pub(super) preempt_max_job_test: usize,
-    /// Pending jobs the main scheduler considers after each event (Slurm's default_queue_depth).
-    #[arg(long, default_value_t = 100)]
+    /// Pending jobs the main scheduler considers after each event (Slurm's default_queue_depth; the default is the shipped slurm-allot.conf's, Slurm's own is 100).
+    #[arg(long, default_value_t = allot_sim::Reach::SHIPPED.default_queue_depth)]
     pub(super) default_queue_depth: usize,
-    /// Time between backfill passes (Slurm's bf_interval).
-    #[arg(long, value_parser = duration, default_value = "30s")]
+    /// Time between backfill passes (Slurm's bf_interval; the default is the shipped slurm-allot.conf's, Slurm's own is 30s).
+    #[arg(long, value_parser = duration, default_value = "10s")]
     pub(super) bf_interval: i64,
     /// Keep the last this many nodes for small jobs (see --small-job-gpus) and unallocated ones (Slurm: allot.conf's SmallJobPartition). Default: the shipped layout, one node per 100 or part of it (none on one node); with --from-ledger, none. 0: none.
     #[arg(long)]

@@ -658,6 +658,13 @@ mod tests {
         assert!(e.contains("--bf-interval 0: must be at least 1s"), "{e}");
         // The JSON reports the interval the simulation used.
         assert_eq!(settings(&["--bf-interval", "1s"])["bf_interval_s"].as_i64(), Some(1));
+        // By default, the scheduler's reach of the shipped slurm-allot.conf.
+        let s = settings(&[]);
+        let reach = allot_sim::Reach::SHIPPED;
+        assert_eq!(
+            (s["bf_max_job_test"].as_u64(), s["default_queue_depth"].as_u64(), s["bf_interval_s"].as_i64()),
+            (Some(reach.bf_max_job_test as u64), Some(reach.default_queue_depth as u64), Some(reach.bf_interval))
+        );
         let e = allot(&[path, "--cluster", "1x8", "--small-job-nodes", "1"]).unwrap_err().to_string();
         assert!(e.contains("--small-job-nodes 1 keeps every node of the 1x8 cluster for small jobs"), "{e}");
         let e = allot(&[path, "--cluster", "2x8", "--small-job-nodes=-1"]).unwrap_err().to_string();

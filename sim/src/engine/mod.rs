@@ -149,6 +149,37 @@ pub struct Config {
     pub plan_with_protection_ends: bool,
 }
 
+/// How far and how often the scheduler looks into the queue: the
+/// `SchedulerParameters` that bound which pending jobs Slurm tries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reach {
+    pub bf_max_job_test: usize,
+    pub default_queue_depth: usize,
+    /// Seconds.
+    pub bf_interval: i64,
+}
+
+impl Reach {
+    /// As the shipped `conf/slurm-allot.conf` sets them
+    /// (`bf_max_job_test=2000`, `default_queue_depth=500`, `bf_interval=10`):
+    /// what the simulator models unless told otherwise, so that it models
+    /// the cluster an admin installs. (Its `bf_max_job_user=20` is not
+    /// modeled: it only lets Slurm reach further down the queue, since the
+    /// jobs it skips do not count toward `bf_max_job_test`.)
+    pub const SHIPPED: Reach = Reach { bf_max_job_test: 2000, default_queue_depth: 500, bf_interval: 10 };
+    /// Slurm's own defaults (slurm.conf(5)), for comparison.
+    pub const SLURM_DEFAULTS: Reach = Reach { bf_max_job_test: 500, default_queue_depth: 100, bf_interval: 30 };
+}
+
+impl Config {
+    /// Sets the scheduler's reach.
+    pub fn set_reach(&mut self, reach: Reach) {
+        self.bf_max_job_test = reach.bf_max_job_test;
+        self.default_queue_depth = reach.default_queue_depth;
+        self.bf_interval = reach.bf_interval;
+    }
+}
+
 /// Placement of single-node jobs (multi-node jobs take whole free nodes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -179,10 +210,10 @@ impl Config {
             checkpoint_interval: 1800,
             restorable_kinds: Vec::new(),
             requeue_delay: 0,
-            bf_max_job_test: 500,
+            bf_max_job_test: Reach::SHIPPED.bf_max_job_test,
             preempt_max_job_test: 16,
-            default_queue_depth: 100,
-            bf_interval: 30,
+            default_queue_depth: Reach::SHIPPED.default_queue_depth,
+            bf_interval: Reach::SHIPPED.bf_interval,
             horizon: None,
             baseline_limit_factor: 1.0,
             baseline_priority_levels: false,
