@@ -512,18 +512,7 @@ mod tests {
     #[test]
     fn a_restart_picks_up_the_ledger() {
         let t = tree();
-        let rows = vec![RunRow {
-            job_id: 7,
-            run_start: 10,
-            run_end: None,
-            leaf: Some("a".into()),
-            account: None,
-            user: None,
-            gpus: 8,
-            allocated: true,
-            end_reason: None,
-        }];
-        let mut book = RunBook::from_ledger(rows, &t);
+        let mut book = RunBook::from_ledger(vec![open_run_of_7()], &t);
         // Still running after the restart: no new run, nothing to write.
         book.observe(50, &[seen(7, 10, 8, "a", true)], &t, |_| Ending::Unknown);
         assert!(book.unwritten().is_empty());
@@ -535,38 +524,14 @@ mod tests {
         let t = tree();
         // Before the restart: job 7 (in the ledger, open) ended at 40; job 8
         // ran 20-30 and job 9 started at 35, neither written.
-        let mut before = RunBook::from_ledger(
-            vec![RunRow {
-                job_id: 7,
-                run_start: 10,
-                run_end: None,
-                leaf: Some("a".into()),
-                account: None,
-                user: None,
-                gpus: 8,
-                allocated: true,
-                end_reason: None,
-            }],
-            &t,
-        );
+        let mut before = RunBook::from_ledger(vec![open_run_of_7()], &t);
         before.run_ended(ended(7, 10, 40, 8, "a", "completed"), &t);
         before.run_ended(ended(8, 20, 30, 2, "b", "completed"), &t);
         before.observe(45, &[seen(9, 35, 1, "b", true)], &t, |_| Ending::Unknown);
         let kept = before.unwritten().to_vec();
         assert_eq!(kept.len(), 3);
         // After it: the ledger still has job 7 open; Slurm has forgotten 7 and 8.
-        let ledger_rows = vec![RunRow {
-            job_id: 7,
-            run_start: 10,
-            run_end: None,
-            leaf: Some("a".into()),
-            account: None,
-            user: None,
-            gpus: 8,
-            allocated: true,
-            end_reason: None,
-        }];
-        let mut book = RunBook::from_ledger(ledger_rows, &t);
+        let mut book = RunBook::from_ledger(vec![open_run_of_7()], &t);
         book.take_back(kept.clone(), &t);
         // The first walk sees job 9 still running, 7 and 8 gone: nothing is
         // closed again, nothing opened twice.
@@ -574,7 +539,7 @@ mod tests {
         assert_eq!(book.unwritten(), &kept[..], "exactly the kept updates are written again");
         assert_eq!(charged(&book, 60), vec![8 * 30, 2 * 10 + 25]);
         let mut ledger = allot_ledger::Ledger::in_memory().unwrap();
-        ledger.record_period(&allot_ledger::Period { runs: ledger_rows_open_7(), ..Default::default() }).unwrap();
+        ledger.record_period(&allot_ledger::Period { runs: vec![RunUpdate::Open(open_run_of_7())], ..Default::default() }).unwrap();
         ledger.record_period(&allot_ledger::Period { runs: book.unwritten().to_vec(), ..Default::default() }).unwrap();
         let rows: Vec<(u32, i64, Option<i64>)> = ledger.runs_since(0).unwrap().iter().map(|r| (r.job_id, r.run_start, r.run_end)).collect();
         assert_eq!(rows.len(), 3, "{rows:?}");
@@ -588,17 +553,8 @@ mod tests {
         assert_eq!(book.open_runs(), 1);
     }
 
-    fn ledger_rows_open_7() -> Vec<RunUpdate> {
-        vec![RunUpdate::Open(RunRow {
-            job_id: 7,
-            run_start: 10,
-            run_end: None,
-            leaf: Some("a".into()),
-            account: None,
-            user: None,
-            gpus: 8,
-            allocated: true,
-            end_reason: None,
-        })]
+    /// Job 7's run from 10 on 8 GPUs of leaf a, still open, as the ledger holds it.
+    fn open_run_of_7() -> RunRow {
+        RunRow { job_id: 7, run_start: 10, run_end: None, leaf: Some("a".into()), account: None, user: None, gpus: 8, allocated: true, end_reason: None }
     }
 }
