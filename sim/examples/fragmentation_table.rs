@@ -1,9 +1,7 @@
 //! The fragmentation table of docs/src/simulator/fragmentation.md: each knob alone, the two
 //! reservation knobs together, and nodes kept for small jobs, on a
 //! generated workload at twice the cluster and on the October 2017 Philly
-//! month, under allot on 600 GPUs, with Slurm's own scheduler reach
-//! (`Reach::SLURM_DEFAULTS`: bf_max_job_test 500, default_queue_depth 100,
-//! bf_interval 30 s), as the page says.
+//! month, under allot on 600 GPUs.
 //!
 //! ```sh
 //! cargo run --release -p allot-sim --example fragmentation_table
@@ -15,7 +13,7 @@ use allot::budget::BudgetTree;
 use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
 use allot_sim::metrics::Report;
 use allot_sim::prepare::equal_share_budget;
-use allot_sim::{simulate, ClusterSpec, Config, Placement, PolicyKind, Reach, Workload};
+use allot_sim::{simulate, ClusterSpec, Config, Placement, PolicyKind, Workload};
 
 type Knob = (&'static str, fn(&mut Config));
 
@@ -84,9 +82,6 @@ fn main() {
     for (name, workload, tree) in &workloads {
         for (knob, set) in KNOBS {
             let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
-            // Measured with Slurm's own scheduler reach, not yet re-measured
-            // at the shipped one (see the page).
-            cfg.set_reach(Reach::SLURM_DEFAULTS);
             set(&mut cfg);
             let sim = simulate(workload, &cfg, &mut |_| {});
             row(name, knob, &sim.report);

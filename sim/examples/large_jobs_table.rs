@@ -4,8 +4,7 @@
 //! its own with no margin) off
 //! and at a few waits, on generated workloads at twice the cluster (jobs of
 //! 16, 32 and 64 GPUs) and on the October 2017 Philly month, under allot on
-//! 600 GPUs with the shipped layout (one node of 75 kept for small jobs) and
-//! Slurm's own scheduler reach (`Reach::SLURM_DEFAULTS`), as the page says.
+//! 600 GPUs with the shipped layout (one node of 75 kept for small jobs).
 //!
 //! ```sh
 //! cargo run --release -p allot-sim --example large_jobs_table
@@ -15,7 +14,7 @@ use allot::preempt::shipped_small_job_nodes;
 use allot_sim::generate::{derive, scenario, DeriveParams, ScenarioParams};
 use allot_sim::metrics::Report;
 use allot_sim::prepare::equal_share_budget;
-use allot_sim::{simulate, ClusterSpec, Config, PolicyKind, Reach, Workload};
+use allot_sim::{simulate, ClusterSpec, Config, PolicyKind, Workload};
 
 fn wait(secs: Option<i64>) -> String {
     match secs {
@@ -67,9 +66,6 @@ fn main() {
     for (name, workload, tree) in &workloads {
         for (knob, secs) in &waits {
             let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
-            // Measured with Slurm's own scheduler reach, not yet re-measured
-            // at the shipped one (see the page).
-            cfg.set_reach(Reach::SLURM_DEFAULTS);
             cfg.small_job_nodes = shipped_small_job_nodes(cluster.nodes);
             cfg.tree.settings.large_job_wait = *secs;
             let sim = simulate(workload, &cfg, &mut |_| {});
