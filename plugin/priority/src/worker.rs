@@ -373,7 +373,12 @@ impl Worker {
     fn cycle(&mut self, ctld: &'static Slurmctld) {
         let now = allot_slurm::now();
         // 1. The budget, from the ledger (the follower keeps the last good one).
-        let Some((version, tree)) = self.follower.refresh_budget() else {
+        // Stopping, with a server ledger that just failed: no new connection
+        // (a server that does not answer would hold slurmctld's shutdown for
+        // the I/O timeout); the budget as last read.
+        let budget =
+            if self.stopping && self.follower.is_server_without_connection() { self.follower.current_budget() } else { self.follower.refresh_budget() };
+        let Some((version, tree)) = budget else {
             log::debug!("no budget yet: leaving priorities alone");
             return;
         };
@@ -777,6 +782,14 @@ impl Worker {
     }
 
     fn write_ledger(&mut self, snapshot: Option<UsageSnapshot>) {
+        if self.stopping && self.writer.is_server_without_connection() {
+            // The same at the last write: the runs go to StateSaveLocation,
+            // taken back at the next start, rather than hold the shutdown.
+            self.keep_unwritten(true);
+            let held = self.book.as_ref().map_or(0, |b| b.unwritten().len());
+            log::warn!("slurmctld is stopping and the ledger's server did not answer at the last write: {held} run updates are kept for the next start");
+            return;
+        }
         let result = self.try_write_ledger(snapshot);
         if result.is_err() {
             // Keep everything for the next period, which reopens the file.

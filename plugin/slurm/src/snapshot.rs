@@ -260,6 +260,13 @@ impl LedgerFile {
     pub fn close(&mut self) {
         self.open = None;
     }
+
+    /// A server ledger whose connection was dropped after an error: the
+    /// next `get` would connect again, which a server that does not answer
+    /// holds for the I/O timeout.
+    pub fn is_server_without_connection(&self) -> bool {
+        self.location.is_server() && self.open.is_none()
+    }
 }
 
 /// A budget as read: ((file generation, version), tree, the file's text).
@@ -331,7 +338,17 @@ impl Follower {
             self.fall_back_to_copy();
         }
         self.problems.report("reading the ledger", result);
+        self.current_budget()
+    }
+
+    /// The budget as last read (or the last good copy's), without reading.
+    pub fn current_budget(&self) -> Option<(i64, Arc<BudgetTree>)> {
         self.tree.as_ref().map(|((_, version), tree, _)| (*version, tree.clone()))
+    }
+
+    /// See [`LedgerFile::is_server_without_connection`].
+    pub fn is_server_without_connection(&self) -> bool {
+        self.ledger.is_server_without_connection()
     }
 
     /// The budget's version and the text of its file, as last read.
