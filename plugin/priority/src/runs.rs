@@ -153,21 +153,24 @@ impl RunBook {
     /// book, and queued to be written again. Call before the first walk, so
     /// that a run closed in them is not closed again as gone.
     pub fn take_back(&mut self, updates: Vec<RunUpdate>, tree: &BudgetTree) {
+        // A file left behind by a slurmctld that wrote its updates and died
+        // before removing it holds runs the ledger (so the book) has closed:
+        // each run is in the book once, or it would count twice.
+        let mut closed: std::collections::HashSet<(u32, i64)> = self.closed.iter().map(|r| (r.row.job_id, r.row.run_start)).collect();
         for update in updates {
             match &update {
-                RunUpdate::Open(row) => match row.run_end {
-                    None => {
-                        if !self.open.contains_key(&(row.job_id, row.run_start)) && !self.open_by_job.contains_key(&row.job_id) {
-                            self.open_by_job.insert(row.job_id, row.run_start);
-                            self.open.insert((row.job_id, row.run_start), Run::new(row.clone(), tree));
-                        }
+                RunUpdate::Open(row) => {
+                    let key = (row.job_id, row.run_start);
+                    if closed.contains(&key) || self.open.contains_key(&key) {
+                        // Known: nothing to add.
+                    } else if row.run_end.is_some() {
+                        closed.insert(key);
+                        self.close(Run::new(row.clone(), tree));
+                    } else if let std::collections::hash_map::Entry::Vacant(slot) = self.open_by_job.entry(row.job_id) {
+                        slot.insert(row.run_start);
+                        self.open.insert(key, Run::new(row.clone(), tree));
                     }
-                    Some(_) => {
-                        if !self.closed.iter().any(|r| (r.row.job_id, r.row.run_start) == (row.job_id, row.run_start)) {
-                            self.close(Run::new(row.clone(), tree));
-                        }
-                    }
-                },
+                }
                 // A run the book has open (from the ledger, or opened above)
                 // ends as it ended; one it does not is ended by the write.
                 RunUpdate::Close { job_id, run_start, run_end, reason } => {
@@ -177,6 +180,7 @@ impl RunBook {
                         }
                         run.row.run_end = Some(*run_end);
                         run.row.end_reason = Some(reason.clone());
+                        closed.insert((*job_id, *run_start));
                         self.close(run);
                     }
                 }
@@ -551,6 +555,20 @@ mod tests {
         book.take_back(again, &t);
         assert_eq!(charged(&book, 60), vec![8 * 30, 2 * 10 + 25]);
         assert_eq!(book.open_runs(), 1);
+    }
+
+    #[test]
+    fn a_file_left_after_its_updates_were_written_counts_nothing_twice() {
+        let t = tree();
+        // The previous slurmctld wrote job 7's whole run (10-40) and died
+        // before removing the file: the ledger has the run closed.
+        let kept = vec![RunUpdate::Open(open_run_of_7()), RunUpdate::Close { job_id: 7, run_start: 10, run_end: 40, reason: "completed".into() }];
+        let mut book = RunBook::from_ledger(vec![RunRow { run_end: Some(40), end_reason: Some("completed".into()), ..open_run_of_7() }], &t);
+        book.take_back(kept, &t);
+        // Job 7 is gone from Slurm's list: the walk closes nothing more.
+        book.observe(60, &[], &t, |_| Ending::Unknown);
+        assert_eq!(charged(&book, 60), vec![8 * 30, 0], "the run counts once");
+        assert_eq!(book.open_runs(), 0);
     }
 
     /// Job 7's run from 10 on 8 GPUs of leaf a, still open, as the ledger holds it.
