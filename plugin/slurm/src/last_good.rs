@@ -101,12 +101,7 @@ impl LastGood {
     /// Reads the copy at `path`: `Ok(None)` if there is none; an error that
     /// names the file if it cannot be used.
     pub fn read(path: &Path) -> Result<Option<(LastGood, BudgetTree)>, String> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-        };
-        let copy: LastGood = serde_json::from_str(&text).map_err(|e| format!("{} is not a copy allot can read: {e}", path.display()))?;
+        let Some(copy) = read_whole::<LastGood>(path, "a copy")? else { return Ok(None) };
         if copy.format != FORMAT {
             return Err(format!("{} is of format {}, this allot reads format {FORMAT}", path.display(), copy.format));
         }
@@ -120,6 +115,17 @@ impl LastGood {
         let json = serde_json::to_vec(self).map_err(|e| format!("cannot encode the last good copy: {e}"))?;
         write_whole(path, &json)
     }
+}
+
+/// Reads the JSON file at `path`: `Ok(None)` if there is none; an error
+/// that names the file and says it is not `what` allot can read.
+pub(crate) fn read_whole<T: serde::de::DeserializeOwned>(path: &Path, what: &str) -> Result<Option<T>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    serde_json::from_str(&text).map(Some).map_err(|e| format!("{} is not {what} allot can read: {e}", path.display()))
 }
 
 /// Writes `bytes` to `path` whole or not at all: a temporary file beside

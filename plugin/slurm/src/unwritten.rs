@@ -98,12 +98,7 @@ impl Unwritten {
     /// Reads the file at `path`: `Ok(None)` if there is none; an error that
     /// names the file if it cannot be used.
     pub fn read(path: &Path) -> Result<Option<Unwritten>, String> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
-        };
-        let kept: Unwritten = serde_json::from_str(&text).map_err(|e| format!("{} is not a file of run updates allot can read: {e}", path.display()))?;
+        let Some(kept) = crate::last_good::read_whole::<Unwritten>(path, "a file of run updates")? else { return Ok(None) };
         if kept.format != FORMAT {
             return Err(format!("{} is of format {}, this allot reads format {FORMAT}", path.display(), kept.format));
         }
