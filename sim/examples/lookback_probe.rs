@@ -8,7 +8,8 @@
 //! LB=6h cargo run --release -p allot-sim --example lookback_probe
 //! # knobs (environment): LB (lookback), BUDGET=flat|two|shares:1,9 (a flat budget of those shares), MARGIN, RT=1,2,3 (hours),
 //! # G=1,2 (GPUs), MINRT=1h|all (all: min_runtime = runtime, never preempted),
-//! # LOAD=2, NODES=4, DAYS=21, FROM=7 (measure from that day), SEED=0 (0: steady's jobs), COMPACT=1 (one line), TRACE=team (print that team's ratio every TRACE_STEP s, days 7-7.5)
+//! # LOAD=2, NODES=4, DAYS=21, FROM=7 (measure from that day), SEED=0 (0: steady's jobs), COMPACT=1 (one line), TRACE=team (print that team's ratio every TRACE_STEP s, days 7-7.5),
+//! # ALLOT_REACH=slurm (Slurm's own scheduler reach instead of the shipped one)
 //! ```
 use allot::budget::BudgetTree;
 use allot::fairshare::Ranking;
@@ -63,8 +64,11 @@ fn main() {
     }
     let w = steady_shaped(&tree, cluster, days, &shape);
     let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
-    // Measured with Slurm's own scheduler reach (docs/src/admin/configuration.md).
-    cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
+    // The shipped scheduler reach unless ALLOT_REACH=slurm (Slurm's own, as the
+    // study was first measured: docs/src/admin/configuration.md).
+    if env("ALLOT_REACH").as_deref() == Some("slurm") {
+        cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
+    }
     cfg.tree.settings.lookback = lb;
     if let Some(m) = env("MARGIN") {
         cfg.tree.settings.preempt_margin = m.parse().unwrap();

@@ -45,8 +45,10 @@ fn main() {
         println!(" ---: | ---: | ---: | ---: | ---: |");
         for lb in &lookbacks {
             let mut cfg = Config::new(cluster, tree.clone(), PolicyKind::Allot);
-            // Measured with Slurm's own scheduler reach (docs/src/admin/configuration.md).
-            cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
+            // The shipped scheduler reach unless ALLOT_REACH=slurm (Slurm's own).
+            if std::env::var("ALLOT_REACH").as_deref() == Ok("slurm") {
+                cfg.set_reach(allot_sim::Reach::SLURM_DEFAULTS);
+            }
             cfg.tree.settings.lookback = parse_lookback(lb);
             cfg.horizon = Some(days * DAY);
             let sim = simulate(&w, &cfg, &mut |_| {});
