@@ -7,8 +7,11 @@
 //! the generated month (75x8, one node kept).
 //!
 //! ```sh
-//! cargo run --release -p allot-sim --example smoothness_table [-- SEEDS]
+//! cargo run --release -p allot-sim --example smoothness_table [-- SEEDS [LOOKAHEAD...]]
 //! ```
+//!
+//! With lookaheads given (`0` for off), only those, on the debug classes
+//! with the kept node.
 //!
 //! Each row: over the seeds (default 1-3), the range of
 //! `worst_team_hours_below_half_share` (the share of the hours a team wanted
@@ -66,7 +69,15 @@ fn main() {
         Some(None) => vec![std::env::args().nth(1).unwrap().parse().expect("seed")],
         None => vec![1, 2, 3],
     };
-    let lookaheads = [("off", 0), ("1h", 3600), ("4h", 4 * 3600), ("12h", 12 * 3600)];
+    let asked: Vec<(String, i64)> = std::env::args()
+        .skip(2)
+        .map(|a| {
+            let secs = allot::duration::parse_duration(&a).unwrap_or_else(|e| panic!("lookahead {a}: {e}"));
+            (if secs == 0 { "off".to_owned() } else { a }, secs)
+        })
+        .collect();
+    let shipped = [("off", 0), ("1h", 3600), ("4h", 4 * 3600), ("12h", 12 * 3600)];
+    let lookaheads: Vec<(&str, i64)> = if asked.is_empty() { shipped.to_vec() } else { asked.iter().map(|(n, s)| (n.as_str(), *s)).collect() };
     println!("| class | layout | lookahead | hours below half share (worst team) | worst team's debug p90 | lowest delivered/owed, whole run | lowest, loaded days | occupancy | preemptions | GPU-h lost |");
     println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for class in ["base", "load3", "unequal", "bursty", "narrow"] {
@@ -81,8 +92,12 @@ fn main() {
             .collect();
         for (layout, nodes) in [("1 node kept", 1), ("policy alone", 0)] {
             // `narrow` (training of one or two nodes): also 8h, the lookahead that meets every goal there.
-            let mut these = lookaheads.to_vec();
-            if class == "narrow" {
+            let mut these = lookaheads.clone();
+            if !asked.is_empty() {
+                if nodes == 0 {
+                    continue;
+                }
+            } else if class == "narrow" {
                 these.insert(3, ("8h", 8 * 3600));
             }
             for &(name, lookahead) in &these {
@@ -95,6 +110,9 @@ fn main() {
                 row(class, layout, name, &whole, &loaded);
             }
         }
+    }
+    if !asked.is_empty() {
+        return;
     }
     // The generated month (scenario defaults), its own seeds.
     let cluster = ClusterSpec { nodes: 75, gpus_per_node: 8 };
