@@ -12,8 +12,11 @@
 #   --prefix=/opt/slurm-VERSION --sysconfdir=/etc/slurm-VERSION
 #   --disable-debug --enable-multiple-slurmd
 # (several slurmd on one host: the test clusters), built with make -j$(nproc)
-# and installed. About 4 minutes on 2 cores. Needs root and build tools
-# (gcc, make, python3, libmunge-dev: scripts/install-deps.sh installs them).
+# and installed. About 4 minutes on 2 cores. Needs root and build tools:
+# gcc, make, python3, munge's headers and the MariaDB (or MySQL) client
+# library for slurmdbd (on Debian `scripts/install-deps.sh --slurm 26.05`
+# installs them, or apt-get install build-essential python3 libmunge-dev
+# libmariadb-dev); they are checked before anything is built.
 # Idempotent: an installed prefix whose slurmctld -V says VERSION is kept.
 set -euo pipefail
 say() { printf 'build-slurm: %s\n' "$*"; }
@@ -21,6 +24,15 @@ die() { printf 'build-slurm: ERROR: %s\n' "$*" >&2; exit 1; }
 [[ $# -eq 1 ]] || { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || die "must run as root (it installs under /opt)"
 source=$1
+# What configure would otherwise find missing only minutes in, or not at all:
+# without a MySQL client library Slurm builds without accounting_storage/mysql
+# and slurmdbd fails at start.
+missing=()
+for tool in gcc make python3; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+[[ -f /usr/include/munge.h ]] || missing+=("munge's headers (munge.h: Debian libmunge-dev, RHEL munge-devel)")
+command -v mariadb_config >/dev/null || command -v mysql_config >/dev/null \
+    || missing+=("a MariaDB or MySQL client library (mariadb_config: Debian libmariadb-dev, RHEL mariadb-devel)")
+((${#missing[@]} == 0)) || die "cannot build Slurm here, missing: $(IFS=';'; echo "${missing[*]}")"
 srcroot=${ALLOT_SLURM_SRC_ROOT:-/usr/local/src/allot}/schedmd
 mkdir -p "$srcroot"
 

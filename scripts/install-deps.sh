@@ -190,6 +190,13 @@ packages=(munge libclang-dev build-essential dpkg-dev procps util-linux coreutil
 has_release 22.05 && packages+=(slurm-wlm slurmctld slurmd slurm-client libslurm-dev)
 has_release 24.11 && packages+=(debootstrap)
 ((accounting)) && has_release 22.05 && packages+=(slurmdbd mariadb-server)
+# Site builds (25.05, 25.11, 26.05): what scripts/build-slurm.sh needs to
+# configure SchedMD's source as a site does (munge for auth/munge, the MariaDB
+# client library for slurmdbd's accounting_storage/mysql), and the server the
+# accounting tests run slurmdbd against.
+for r in "${ALLOT_SITE_RELEASES[@]}"; do
+    has_release "$r" && { packages+=(libmunge-dev libmariadb-dev python3); ((accounting)) && packages+=(mariadb-server); break; }
+done
 ((sessions)) && packages+=(dtach python3-minimal patchelf libcap2-bin)
 ((browser)) && packages+=(chromium)
 ((debugger)) && packages+=(gdb)
