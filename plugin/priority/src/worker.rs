@@ -376,8 +376,7 @@ impl Worker {
         // Stopping, with a server ledger that just failed: no new connection
         // (a server that does not answer would hold slurmctld's shutdown for
         // the I/O timeout); the budget as last read.
-        let budget =
-            if self.stopping && self.follower.is_server_without_connection() { self.follower.current_budget() } else { self.follower.refresh_budget() };
+        let budget = if self.stopping && self.follower.is_server_that_failed() { self.follower.current_budget() } else { self.follower.refresh_budget() };
         let Some((version, tree)) = budget else {
             log::debug!("no budget yet: leaving priorities alone");
             return;
@@ -782,7 +781,7 @@ impl Worker {
     }
 
     fn write_ledger(&mut self, snapshot: Option<UsageSnapshot>) {
-        if self.stopping && self.writer.is_server_without_connection() {
+        if self.stopping && self.writer.is_server_that_failed() {
             // The same at the last write: the runs go to StateSaveLocation,
             // taken back at the next start, rather than hold the shutdown.
             self.keep_unwritten(true);

@@ -95,6 +95,9 @@ pub struct LedgerFile {
     /// Counts openings: what was read under another one may come from
     /// another file (a deleted file's inode number may be reused).
     generation: u64,
+    /// The last use of the connection failed (or connecting did): it was
+    /// dropped and is not open again yet.
+    failed: bool,
 }
 
 /// The first bytes of the file at `path`, read through a descriptor that
@@ -142,14 +145,14 @@ impl LedgerFile {
     /// For reading, as `cluster` (its runs and usage; `None`: every
     /// cluster's): the file (or the server's schema) must exist.
     pub fn read_only(location: impl Into<Location>, cluster: Option<&str>) -> LedgerFile {
-        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: false, open: None, generation: 0 }
+        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: false, open: None, generation: 0, failed: false }
     }
     /// For writing, as `cluster`: a missing file is created (empty, no
     /// budget); a server's schema is created or migrated. On each new
     /// connection, the rows of no cluster (a ledger from before clusters
     /// were named, schema 3 or older) become this cluster's.
     pub fn writable(location: impl Into<Location>, cluster: Option<&str>) -> LedgerFile {
-        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: true, open: None, generation: 0 }
+        LedgerFile { location: location.into(), cluster: cluster.map(str::to_owned), writable: true, open: None, generation: 0, failed: false }
     }
 
     /// A new connection, scoped to this file's cluster. A writer on a file
@@ -198,10 +201,12 @@ impl LedgerFile {
                     // Connecting to a dead server takes at most
                     // SERVER_CONNECT_TIMEOUT, on this thread, never on
                     // slurmctld's locked paths.
+                    self.failed = true;
                     let ledger = Ledger::connect(&self.location, self.writable).map_err(|e| e.to_string())?;
                     let ledger = self.scoped(ledger)?;
                     self.open = Some((ledger, 0, None));
                     self.generation += 1;
+                    self.failed = false;
                 }
                 let (ledger, _, _) = self.open.as_mut().expect("opened above");
                 return Ok((ledger, self.generation));
@@ -252,20 +257,22 @@ impl LedgerFile {
     /// (A file's connection is reopened when the file changes; see `get`.)
     pub fn close_if_server_failed<T>(&mut self, result: &Result<T, String>) {
         if result.is_err() && self.location.is_server() {
-            self.open = None;
+            self.close();
         }
     }
 
     /// Drops the connection (after an error): the next `get` reopens it.
     pub fn close(&mut self) {
         self.open = None;
+        self.failed = true;
     }
 
-    /// A server ledger whose connection was dropped after an error: the
-    /// next `get` would connect again, which a server that does not answer
-    /// holds for the I/O timeout.
-    pub fn is_server_without_connection(&self) -> bool {
-        self.location.is_server() && self.open.is_none()
+    /// A server ledger whose connection failed and was dropped: the next
+    /// `get` would connect again, which a server that does not answer holds
+    /// for the I/O timeout. (Not a connection never opened yet: that server
+    /// has not failed.)
+    pub fn is_server_that_failed(&self) -> bool {
+        self.location.is_server() && self.failed && self.open.is_none()
     }
 }
 
@@ -346,9 +353,9 @@ impl Follower {
         self.tree.as_ref().map(|((_, version), tree, _)| (*version, tree.clone()))
     }
 
-    /// See [`LedgerFile::is_server_without_connection`].
-    pub fn is_server_without_connection(&self) -> bool {
-        self.ledger.is_server_without_connection()
+    /// See [`LedgerFile::is_server_that_failed`].
+    pub fn is_server_that_failed(&self) -> bool {
+        self.ledger.is_server_that_failed()
     }
 
     /// The budget's version and the text of its file, as last read.
@@ -543,6 +550,20 @@ mod tests {
     use allot_ledger::{LeafUsage, Period, UsageSnapshot};
 
     const BUDGET: &str = "[budget]\n[budget.a]\nshare=1\naccounts=[\"a\"]\n[budget.b]\nshare=1\naccounts=[\"b\"]\n";
+
+    #[test]
+    fn a_server_has_failed_only_once_a_connection_to_it_failed() {
+        // Nothing listens on port 1: connecting is refused at once.
+        let location = Location::parse("mysql://allot@127.0.0.1:1/allot?password_file=/nonexistent").unwrap();
+        let mut server = LedgerFile::writable(location, Some("c"));
+        assert!(!server.is_server_that_failed(), "never connected is not failed");
+        assert!(server.get().is_err());
+        assert!(server.is_server_that_failed());
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = LedgerFile::writable(dir.path().join("l.db"), None);
+        file.close();
+        assert!(!file.is_server_that_failed(), "a file is no server");
+    }
 
     #[test]
     fn follows_versions_and_usage_and_survives_a_broken_ledger() {
