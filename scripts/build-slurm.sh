@@ -29,7 +29,10 @@ source=$1
 # and slurmdbd fails at start.
 missing=()
 for tool in gcc make python3; do command -v "$tool" >/dev/null || missing+=("$tool"); done
-[[ -f /usr/include/munge.h ]] || missing+=("munge's headers (munge.h: Debian libmunge-dev, RHEL munge-devel)")
+# Where Slurm's configure looks for munge (auxdir/x_ac_munge.m4).
+munge_h=""
+for d in /usr /usr/local /opt/freeware /opt/munge; do [[ -f $d/include/munge.h ]] && munge_h=$d/include/munge.h; done
+[[ -n $munge_h ]] || missing+=("munge's headers (munge.h: Debian libmunge-dev, RHEL munge-devel)")
 command -v mariadb_config >/dev/null || command -v mysql_config >/dev/null \
     || missing+=("a MariaDB or MySQL client library (mariadb_config: Debian libmariadb-dev, RHEL mariadb-devel)")
 ((${#missing[@]} == 0)) || die "cannot build Slurm here, missing: $(IFS=';'; echo "${missing[*]}")"
