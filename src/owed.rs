@@ -142,6 +142,36 @@ pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start
     owed
 }
 
+/// Owed GPU-seconds per leaf and hour as the contract owes them: allocated
+/// work (`min_runtime` > 0) is owed each hour's GPU-seconds first, shared
+/// down the tree as [`owed_by_hour`] shares them; unallocated work (free,
+/// preemptible by any allocated job) is owed, by the same shares, only what
+/// allocated work left. `allocated` and `free` are per leaf the GPU-seconds
+/// each kind of work wanted in each hour ([`hourly`] over the same span).
+/// [`owed_by_hour`] of their sum owes free work like allocated work: a team
+/// whose only work is free is owed its share even while the contract gives
+/// that share to others' allocated work.
+pub fn owed_by_hour_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
+    let hours = allocated.first().map_or(0, Vec::len);
+    let leaves = allocated.len();
+    let mut owed = vec![vec![0.0; hours]; leaves];
+    let (mut a, mut f) = (vec![0.0; leaves], vec![0.0; leaves]);
+    for h in 0..hours {
+        let gpu_seconds = capacity as f64 * (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
+        for l in 0..leaves {
+            a[l] = allocated[l][h];
+            f[l] = free.get(l).and_then(|v| v.get(h)).copied().unwrap_or(0.0);
+        }
+        let first = owed_in_hour_by_node(tree, &a, gpu_seconds);
+        let left = (gpu_seconds - first[0]).max(0.0);
+        let then = owed_in_hour_by_node(tree, &f, left);
+        for (l, &node) in tree.leaves.iter().enumerate() {
+            owed[l][h] = first[node as usize] + then[node as usize];
+        }
+    }
+    owed
+}
+
 /// Owed GPU-seconds per node of the tree over `[start, end)`, summed over
 /// the hours: [`owed_by_hour`] for every node, not only the leaves.
 pub fn owed_by_node(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {

@@ -78,6 +78,11 @@ fn a_small_workload_without_preemption_by_hand() {
     assert!(close(a.delivered_over_owed_at_submission.unwrap(), 2.0) && close(b.delivered_over_owed_at_submission.unwrap(), 0.0));
     // Both teams submitted; only a got 95% of what it was owed.
     assert!(close(r.teams_at_95pct_of_owed, 0.5) && close(r.teams_at_95pct_of_owed_at_submission, 0.5));
+    // Allocated work first changes nothing here: in hour 1 the allocated
+    // jobs want the whole cluster (a 3,600, b 3,600) and a's free job is
+    // owed nothing; in the last half hour b's allocated job is owed its
+    // 1,800 and a's free job its 600 of what is left.
+    assert!(close(a.owed_allocated_first_gpu_hours, 4200.0 / H) && close(b.owed_allocated_first_gpu_hours, 5400.0 / H));
 }
 
 /// One node of 4 GPUs:
@@ -117,6 +122,17 @@ fn a_preemption_by_hand() {
     assert!(close(a.owed_at_submission_gpu_hours, 2.0) && b.owed_at_submission_gpu_hours == 0.0);
     assert_eq!(b.delivered_over_owed_at_submission, None);
     assert!(close(b.charged_gpu_hours, 3.0) && a.charged_gpu_hours == 0.0);
+    // Owed allocated work first: in hour 2 b's allocated job is owed all
+    // 10,800 it wants and a's free job only the 3,600 left; every other
+    // hour is as above. a: 79,800 - 3,600 = 76,200; b: 10,800 + 900.
+    assert!(close(a.owed_allocated_first_gpu_hours, 76_200.0 / H), "{}", a.owed_allocated_first_gpu_hours);
+    assert!(close(b.owed_allocated_first_gpu_hours, 11_700.0 / H), "{}", b.owed_allocated_first_gpu_hours);
+    // Delivered a 72,600, b 10,800: a at 95% by the contract's count and
+    // not by the other, b the other way round.
+    assert!(close(a.delivered_over_owed_allocated_first.unwrap(), 72_600.0 / 76_200.0));
+    assert!(close(b.delivered_over_owed_allocated_first.unwrap(), 10_800.0 / 11_700.0));
+    assert!(a.delivered_over_owed.unwrap() < 0.95 && b.delivered_over_owed.unwrap() > 1.0);
+    assert!(close(r.teams_at_95pct_of_owed_allocated_first, 0.5));
 }
 
 /// Three nodes of 4 GPUs, every job protected for its whole runtime:

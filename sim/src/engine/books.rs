@@ -272,14 +272,24 @@ impl Engine<'_> {
         self.reclaim.set(n, v);
     }
 
+    /// Job `j`'s GPUs join (`sign` 1, at submission) or leave (-1, at its
+    /// end) its leaf's wanted GPUs, and its free part if it is unallocated.
+    pub(super) fn log_demand(&mut self, j: u32, now: i64, sign: i64) {
+        let job = &self.jobs[j as usize];
+        let (leaf, change) = (job.leaf as usize, sign * i64::from(job.held));
+        self.demand_log[leaf].push((now, change));
+        if !job.contract.is_allocated() {
+            self.free_demand_log[leaf].push((now, change));
+        }
+    }
+
     pub(super) fn complete(&mut self, j: u32, now: i64) {
         self.end_run(j, now, RunEnd::Completed, 0);
         let job = &mut self.jobs[j as usize];
         job.done = self.workload.jobs[j as usize].runtime;
         job.status = Status::Completed;
         job.end = Some(now);
-        let (leaf, held) = (job.leaf as usize, job.held as i64);
-        self.demand_log[leaf].push((now, -held));
+        self.log_demand(j, now, -1);
     }
 
     /// The grace time is over: requeue or cancel.
@@ -312,8 +322,7 @@ impl Engine<'_> {
             job.status = Status::Cancelled;
             job.end = Some(now);
             job.fate_reason = Some("preempted and not resumable".into());
-            let (leaf, held) = (job.leaf as usize, job.held as i64);
-            self.demand_log[leaf].push((now, -held));
+            self.log_demand(j, now, -1);
         }
     }
 

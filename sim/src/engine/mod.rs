@@ -299,6 +299,10 @@ pub struct Outcome {
     pub jobs: Vec<JobOutcome>,
     /// Per leaf: (time, change of GPUs wanted by the leaf's queued and running jobs).
     pub demand_log: Vec<Vec<(i64, i64)>>,
+    /// The part of `demand_log` that is unallocated (`min_runtime=0`) work,
+    /// which the contract owes only what allocated work leaves
+    /// ([`allot::owed::owed_by_hour_allocated_first`]).
+    pub free_demand_log: Vec<Vec<(i64, i64)>>,
     /// Per leaf: (time, change of GPUs held by the leaf's running jobs).
     pub delivered_log: Vec<Vec<(i64, i64)>>,
     /// Per leaf: GPU-seconds handed to the occupancy window (allot only).
@@ -485,6 +489,7 @@ pub(crate) struct Engine<'a> {
     // Outputs.
     runs: Vec<Run>,
     demand_log: Vec<Vec<(i64, i64)>>,
+    free_demand_log: Vec<Vec<(i64, i64)>>,
     delivered_log: Vec<Vec<(i64, i64)>>,
     charged: Vec<i64>,
     max_in_use: u32,
@@ -630,6 +635,7 @@ impl<'a> Engine<'a> {
             claimed_idle: 0,
             runs: Vec::new(),
             demand_log: vec![Vec::new(); leaves],
+            free_demand_log: vec![Vec::new(); leaves],
             delivered_log: vec![Vec::new(); leaves],
             charged: vec![0; leaves],
             max_in_use: 0,
@@ -750,8 +756,7 @@ impl<'a> Engine<'a> {
                 if self.jobs[ju].status == Status::Refused {
                     return false;
                 }
-                let leaf = self.jobs[ju].leaf as usize;
-                self.demand_log[leaf].push((now, self.jobs[ju].held as i64));
+                self.log_demand(j, now, 1);
                 self.enqueue(j, now);
                 true
             }
@@ -841,7 +846,11 @@ impl<'a> Engine<'a> {
                 Status::Running | Status::Grace | Status::Starting => Fate::Unfinished(job.fate_reason.clone().unwrap_or_default()),
             };
             if matches!(fate, Fate::Unfinished(_)) && self.workload.jobs[i].submit <= end {
-                self.demand_log[job.leaf as usize].push((end, -(job.held as i64)));
+                let (leaf, change) = (job.leaf as usize, -(job.held as i64));
+                self.demand_log[leaf].push((end, change));
+                if !job.contract.is_allocated() {
+                    self.free_demand_log[leaf].push((end, change));
+                }
             }
             out_jobs.push(JobOutcome {
                 fate,
@@ -850,7 +859,7 @@ impl<'a> Engine<'a> {
                 preemptions: job.preemptions,
             });
         }
-        for log in &mut self.demand_log {
+        for log in self.demand_log.iter_mut().chain(&mut self.free_demand_log) {
             // Horizon closings were appended last; keep every log in time order.
             log.sort_by_key(|&(t, _)| t);
         }
@@ -860,6 +869,7 @@ impl<'a> Engine<'a> {
             runs: self.runs,
             jobs: out_jobs,
             demand_log: self.demand_log,
+            free_demand_log: self.free_demand_log,
             delivered_log: self.delivered_log,
             charged: self.charged,
             max_gpus_in_use: self.max_in_use,

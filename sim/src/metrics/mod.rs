@@ -35,7 +35,10 @@ pub use report::report;
 pub use table::table;
 
 // The accounting lives in the policy core, which the live report shares.
-pub use allot::owed::{bucketed, hourly, owed_by_hour, owed_by_node, owed_by_node_and_bucket, owed_in_hour, owed_in_hour_by_node, starved_hours, water_fill};
+pub use allot::owed::{
+    bucketed, hourly, owed_by_hour, owed_by_hour_allocated_first, owed_by_node, owed_by_node_and_bucket, owed_in_hour, owed_in_hour_by_node, starved_hours,
+    water_fill,
+};
 
 const HOUR: i64 = 3600;
 /// Teams that wanted their share for fewer whole hours are left out of
@@ -78,6 +81,12 @@ pub struct TeamStats {
     pub delivered_in_span_gpu_hours: f64,
     /// `null` when nothing was owed.
     pub delivered_over_owed: Option<f64>,
+    /// Owed as the contract owes it: allocated work first, free work
+    /// (`min_runtime=0`) only what allocated work left
+    /// ([`owed_by_hour_allocated_first`]); `owed_gpu_hours` owes both alike.
+    pub owed_allocated_first_gpu_hours: f64,
+    /// Delivered over that; `null` when nothing was owed.
+    pub delivered_over_owed_allocated_first: Option<f64>,
     /// Delivered in the span over owed at submission; `null` when nothing
     /// was owed at submission.
     pub delivered_over_owed_at_submission: Option<f64>,
@@ -163,6 +172,8 @@ pub struct Report {
     pub teams_at_95pct_of_owed: f64,
     /// The same against owed at submission.
     pub teams_at_95pct_of_owed_at_submission: f64,
+    /// The same against owed allocated work first.
+    pub teams_at_95pct_of_owed_allocated_first: f64,
     /// The largest share, over the teams that wanted their share for at
     /// least [`MIN_WANTING_HOURS`] whole hours, of those hours in which the
     /// team held less than half its share (0 when none did).

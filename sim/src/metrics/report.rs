@@ -8,8 +8,8 @@ use allot::budget::BudgetTree;
 use allot::preempt::PreemptRules;
 
 use super::{
-    demand_at_submission, hourly, owed_by_hour, ping_pongs, round3, round6, size_class, starved_hours, wait_stats, IdleHoursByCause, PreemptionCause, Report,
-    TeamStats, WaitStats, HOUR, MIN_WANTING_HOURS,
+    demand_at_submission, hourly, owed_by_hour, owed_by_hour_allocated_first, ping_pongs, round3, round6, size_class, starved_hours, wait_stats,
+    IdleHoursByCause, PreemptionCause, Report, TeamStats, WaitStats, HOUR, MIN_WANTING_HOURS,
 };
 use crate::engine::{Fate, Outcome, RunEnd};
 use crate::workload::Workload;
@@ -80,6 +80,7 @@ pub fn report(workload: &Workload, tree: &BudgetTree, cluster: crate::cluster::C
         teams_at_95pct_of_owed: share_of_teams(teams.at_95),
         worst_team_hours_below_half_share: round6(teams.worst_starved),
         teams_at_95pct_of_owed_at_submission: share_of_teams(teams.at_95_at_submission),
+        teams_at_95pct_of_owed_allocated_first: share_of_teams(teams.at_95_allocated_first),
         teams: teams.stats,
         warnings,
         events: outcome.events,
@@ -297,6 +298,7 @@ struct Teams {
     submitting: usize,
     at_95: usize,
     at_95_at_submission: usize,
+    at_95_allocated_first: usize,
     worst_starved: f64,
     warnings: Vec<String>,
 }
@@ -307,6 +309,10 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
     let demand: Vec<Vec<f64>> = outcome.demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let given: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let owed: Vec<f64> = owed_by_hour(tree, &demand, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
+    let free: Vec<Vec<f64>> = outcome.free_demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
+    let allocated: Vec<Vec<f64>> = demand.iter().zip(&free).map(|(all, free)| all.iter().zip(free).map(|(a, f)| a - f).collect()).collect();
+    let owed_allocated_first: Vec<f64> =
+        owed_by_hour_allocated_first(tree, &allocated, &free, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
     // Owed at submission, and what was delivered, over the submission span
     // only: a policy that serves a team weeks after the last submission is
     // not credited with it against this owed.
@@ -318,13 +324,23 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
             starved_hours(&outcome.demand_log[l], &outcome.delivered_log[l], tree.leaf_node(l as u32).effective_share * capacity as f64, span.from, span.to)
         })
         .collect();
-    let mut t = Teams { stats: Vec::with_capacity(leaves), submitting: 0, at_95: 0, at_95_at_submission: 0, worst_starved: 0.0, warnings: Vec::new() };
+    let mut t = Teams {
+        stats: Vec::with_capacity(leaves),
+        submitting: 0,
+        at_95: 0,
+        at_95_at_submission: 0,
+        at_95_allocated_first: 0,
+        worst_starved: 0.0,
+        warnings: Vec::new(),
+    };
     for l in 0..leaves {
         let node = tree.leaf_node(l as u32);
         let delivered_h = given[l].iter().sum::<f64>() / HOUR as f64;
         let owed_h = owed[l] / HOUR as f64;
         let owed_sub_h = owed_at_submission[l] / HOUR as f64;
         let ratio = (owed_h > 1e-9).then(|| delivered_h / owed_h);
+        let owed_first_h = owed_allocated_first[l] / HOUR as f64;
+        let ratio_first = (owed_first_h > 1e-9).then(|| delivered_h / owed_first_h);
         let delivered_span_h = delivered_in_span[l] / HOUR as f64;
         let ratio_sub = (owed_sub_h > 1e-9).then(|| delivered_span_h / owed_sub_h);
         let (refused_jobs, refused_work) = jobs.refused_per_leaf[l];
@@ -332,6 +348,8 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
             t.submitting += 1;
             t.at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
             t.at_95_at_submission += usize::from(ratio_sub.is_some_and(|r| r >= 0.95 - 1e-9));
+            // A team whose every job is free may be owed nothing: it got that.
+            t.at_95_allocated_first += usize::from(ratio_first.map_or(jobs.jobs_per_leaf[l] > 0, |r| r >= 0.95 - 1e-9));
         }
         if refused_jobs > 0 && jobs.jobs_per_leaf[l] == 0 {
             t.warnings.push(format!(
@@ -362,6 +380,8 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
             delivered_gpu_hours: round3(delivered_h),
             delivered_in_span_gpu_hours: round3(delivered_span_h),
             delivered_over_owed: ratio.map(round6),
+            owed_allocated_first_gpu_hours: round3(owed_first_h),
+            delivered_over_owed_allocated_first: ratio_first.map(round6),
             delivered_over_owed_at_submission: ratio_sub.map(round6),
             charged_gpu_hours: round3(outcome.charged.get(l).copied().unwrap_or(0) as f64 / HOUR as f64),
             hours_wanting_share: starved[l].0,

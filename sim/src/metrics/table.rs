@@ -81,6 +81,7 @@ pub fn table(reports: &[Report]) -> String {
     row("gpu_hours_claimed_in_grace", &|r| fixed(r.gpu_hours_claimed_in_grace, 0));
     row("teams_at_95pct_of_owed", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed, 0)));
     row("teams_at_95pct_of_owed_at_submission", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed_at_submission, 0)));
+    row("teams_at_95pct_of_owed_allocated_first", &|r| format!("{}%", fixed(100.0 * r.teams_at_95pct_of_owed_allocated_first, 0)));
     row("worst_team_hours_below_half_share", &|r| format!("{}%", fixed(100.0 * r.worst_team_hours_below_half_share, 1)));
     row("sim_seconds", &|r| r.sim_seconds.map_or("-".into(), |s| format!("{s:.3}")));
     row("simulated_days_per_second", &|r| r.simulated_days_per_second.map_or("-".into(), |s| format!("{s:.0}")));
@@ -107,7 +108,7 @@ pub fn table(reports: &[Report]) -> String {
     let _ = write!(out, "{:team_w$}  {:>6}  {:>10}", "team", "share", "owed@sub");
     for r in reports {
         let p = r.policy.name();
-        let _ = write!(out, "  {:>10}  {:>10}  {:>6}  {:>7}", format!("{p} owed"), "delivered", "d/o", "d/o@sub");
+        let _ = write!(out, "  {:>10}  {:>10}  {:>6}  {:>7}  {:>7}", format!("{p} owed"), "delivered", "d/o", "d/o@sub", "d/o@all");
     }
     out.push('\n');
     if let Some(first) = reports.first() {
@@ -118,17 +119,18 @@ pub fn table(reports: &[Report]) -> String {
                 let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{}%", fixed(100.0 * x, 0)));
                 let _ = write!(
                     out,
-                    "  {:>10.0}  {:>10.0}  {:>6}  {:>7}",
+                    "  {:>10.0}  {:>10.0}  {:>6}  {:>7}  {:>7}",
                     t.owed_gpu_hours,
                     t.delivered_gpu_hours,
                     pct(t.delivered_over_owed),
-                    pct(t.delivered_over_owed_at_submission)
+                    pct(t.delivered_over_owed_at_submission),
+                    pct(t.delivered_over_owed_allocated_first)
                 );
             }
             out.push('\n');
         }
     }
-    let _ = writeln!(out, "(GPU-hours; owed: from each policy's own queue, over the whole run; owed@sub: over the submission span, as if every job started at its submission, the same for every policy; d/o = delivered / owed; d/o@sub = delivered in the span / owed@sub)");
+    let _ = writeln!(out, "(GPU-hours; owed: from each policy's own queue, over the whole run; owed@sub: over the submission span, as if every job started at its submission, the same for every policy; d/o = delivered / owed; d/o@sub = delivered in the span / owed@sub; d/o@all = delivered / owed allocated work first, free work only what allocated work left)");
     for r in reports {
         if !r.not_completed.is_empty() {
             let _ = writeln!(out, "\n{}: jobs that did not complete (work never done)", r.policy.name());
