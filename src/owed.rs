@@ -142,33 +142,73 @@ pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start
     owed
 }
 
-/// Owed GPU-seconds per leaf and hour as the contract owes them: allocated
-/// work (`min_runtime` > 0) is owed each hour's GPU-seconds first, shared
-/// down the tree as [`owed_by_hour`] shares them; unallocated work (free,
-/// preemptible by any allocated job) is owed, by the same shares, only what
-/// allocated work left. `allocated` and `free` are per leaf the GPU-seconds
-/// each kind of work wanted in each hour ([`hourly`] over the same span).
-/// [`owed_by_hour`] of their sum owes free work like allocated work: a team
-/// whose only work is free is owed its share even while the contract gives
-/// that share to others' allocated work.
-pub fn owed_by_hour_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
+/// Owed GPU-seconds per node for one hour as the contract owes them:
+/// allocated work (`min_runtime` > 0) is owed the hour's `gpu_seconds`
+/// first, shared down the tree as [`owed_in_hour_by_node`] shares them;
+/// unallocated work (free, preemptible by any allocated job) is owed, by
+/// the same shares, only what allocated work left. `allocated` and `free`
+/// are per leaf the GPU-seconds each kind of work wanted in the hour.
+/// [`owed_in_hour_by_node`] of their sum owes free work like allocated
+/// work: a budget whose only work is free is owed its share even while the
+/// contract gives that share to others' allocated work. Both share out the
+/// same total, the hour's GPU-seconds or all that was wanted.
+pub fn owed_in_hour_by_node_allocated_first(tree: &BudgetTree, allocated: &[f64], free: &[f64], gpu_seconds: f64) -> Vec<f64> {
+    let mut owed = owed_in_hour_by_node(tree, allocated, gpu_seconds);
+    let left = (gpu_seconds - owed[0]).max(0.0);
+    for (o, f) in owed.iter_mut().zip(owed_in_hour_by_node(tree, free, left)) {
+        *o += f;
+    }
+    owed
+}
+
+/// Calls `f(hour, owed per node)` for each hour of `[start, end)`, owed
+/// allocated work first ([`owed_in_hour_by_node_allocated_first`]).
+fn for_each_owed_hour_allocated_first(
+    tree: &BudgetTree,
+    allocated: &[Vec<f64>],
+    free: &[Vec<f64>],
+    capacity: u32,
+    (start, end): (i64, i64),
+    mut f: impl FnMut(usize, &[f64]),
+) {
     let hours = allocated.first().map_or(0, Vec::len);
     let leaves = allocated.len();
-    let mut owed = vec![vec![0.0; hours]; leaves];
-    let (mut a, mut f) = (vec![0.0; leaves], vec![0.0; leaves]);
+    let (mut a, mut u) = (vec![0.0; leaves], vec![0.0; leaves]);
     for h in 0..hours {
         let gpu_seconds = capacity as f64 * (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
-        for l in 0..leaves {
-            a[l] = allocated[l][h];
-            f[l] = free.get(l).and_then(|v| v.get(h)).copied().unwrap_or(0.0);
+        // A leaf missing from `free` (or an hour from its row) wants no free work.
+        let free_in_hour = (0..leaves).map(|l| free.get(l).and_then(|v| v.get(h)).copied().unwrap_or(0.0));
+        for ((a, u), (wanted, free)) in a.iter_mut().zip(u.iter_mut()).zip(allocated.iter().zip(free_in_hour)) {
+            *a = wanted[h];
+            *u = free;
         }
-        let first = owed_in_hour_by_node(tree, &a, gpu_seconds);
-        let left = (gpu_seconds - first[0]).max(0.0);
-        let then = owed_in_hour_by_node(tree, &f, left);
-        for (l, &node) in tree.leaves.iter().enumerate() {
-            owed[l][h] = first[node as usize] + then[node as usize];
-        }
+        f(h, &owed_in_hour_by_node_allocated_first(tree, &a, &u, gpu_seconds));
     }
+}
+
+/// Owed GPU-seconds per leaf and hour of `[start, end)` as the contract owes
+/// them ([`owed_in_hour_by_node_allocated_first`]); `allocated` and `free`
+/// per leaf and hour as [`hourly`] gives them over the same span.
+pub fn owed_by_hour_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
+    let hours = allocated.first().map_or(0, Vec::len);
+    let mut owed = vec![vec![0.0; hours]; allocated.len()];
+    for_each_owed_hour_allocated_first(tree, allocated, free, capacity, (start, end), |h, by_node| {
+        for (l, &node) in tree.leaves.iter().enumerate() {
+            owed[l][h] = by_node[node as usize];
+        }
+    });
+    owed
+}
+
+/// The same summed over the hours, for every node of the tree (the live
+/// `allot report`'s [`owed_by_node`] counted allocated work first).
+pub fn owed_by_node_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {
+    let mut owed = vec![0.0; tree.nodes.len()];
+    for_each_owed_hour_allocated_first(tree, allocated, free, capacity, (start, end), |_, by_node| {
+        for (o, g) in owed.iter_mut().zip(by_node) {
+            *o += g;
+        }
+    });
     owed
 }
 

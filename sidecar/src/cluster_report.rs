@@ -13,7 +13,10 @@
 //!   that holds until the next change). **owed**: each hour, the cluster's
 //!   GPUs shared down the tree by share, each node capped at its subtree's
 //!   demand, the surplus to siblings still wanting; a node is owed what its
-//!   subtree is.
+//!   subtree is. **owed allocated first**: the same, as the contract owes
+//!   it: each hour the allocated demand (`min_runtime` > 0) is owed the
+//!   cluster first, the unallocated demand (free, preemptible by any
+//!   allocated job) only what allocated demand left.
 //! - **delivered**: GPU-seconds the runs held in the span, allocated or not;
 //!   **charged**: the allocated part; **unallocated**: the rest.
 //! - **occupancy**: delivered by every run (outside the tree too) over the
@@ -38,7 +41,7 @@ use std::path::Path;
 use allot::budget::BudgetTree;
 use allot::contract::{Contract, PriorityLevel};
 use allot::duration::{format_duration, parse_duration};
-use allot::owed::{bucketed, hourly, owed_by_node, owed_by_node_and_bucket};
+use allot::owed::{bucketed, hourly, owed_by_node, owed_by_node_allocated_first, owed_by_node_and_bucket};
 use allot::preempt::{PreemptRules, WaitingJob};
 use allot_ledger::Ledger;
 use allot_sim::metrics::{human, percentile, round3, round6, size_class, wait_stats, WaitStats, SIZE_CLASSES};
@@ -61,6 +64,11 @@ pub struct NodeStats {
     pub delivered_gpu_hours: f64,
     /// `null` when nothing was owed.
     pub delivered_over_owed: Option<f64>,
+    /// Owed allocated work first, free work only what allocated work left
+    /// (`allot::owed::owed_by_node_allocated_first`).
+    pub owed_allocated_first_gpu_hours: f64,
+    /// `null` when nothing was owed that way.
+    pub delivered_over_owed_allocated_first: Option<f64>,
     pub charged_gpu_hours: f64,
     pub unallocated_gpu_hours: f64,
     /// Jobs submitted in the span, and their wait percentiles.
@@ -107,6 +115,9 @@ pub struct ClusterReport {
     /// Of the leaves that wanted GPUs in the span, the share delivered at
     /// least 95% of what they were owed.
     pub teams_at_95pct_of_owed: f64,
+    /// The same, owed allocated work first (a budget owed nothing that way
+    /// counts as at 95%).
+    pub teams_at_95pct_of_owed_allocated_first: f64,
     pub warnings: Vec<String>,
 }
 
@@ -184,16 +195,21 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let to = now.max(from + 1);
     let leaves = tree.leaves.len();
     let mut demand_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
-    let mut level: HashMap<&str, i64> = HashMap::new();
+    let mut free_log: Vec<Vec<(i64, i64)>> = vec![Vec::new(); leaves];
+    let mut level: HashMap<&str, (i64, i64)> = HashMap::new();
     for d in &demand_rows {
-        let total = d.total() as i64;
-        let prev = level.insert(d.leaf.as_str(), total).unwrap_or(0);
+        let (total, free) = (d.total() as i64, (d.pending_unallocated + d.running_unallocated) as i64);
+        let prev = level.insert(d.leaf.as_str(), (total, free)).unwrap_or((0, 0));
         if let Some(leaf) = leaf_of(Some(&d.leaf)) {
-            demand_log[leaf as usize].push((d.at, total - prev));
+            demand_log[leaf as usize].push((d.at, total - prev.0));
+            free_log[leaf as usize].push((d.at, free - prev.1));
         }
     }
     let demand: Vec<Vec<f64>> = demand_log.iter().map(|log| hourly(log, from, to)).collect();
     let owed = owed_by_node(&tree, &demand, capacity, from, to);
+    let free: Vec<Vec<f64>> = free_log.iter().map(|log| hourly(log, from, to)).collect();
+    let allocated: Vec<Vec<f64>> = demand.iter().zip(&free).map(|(all, free)| all.iter().zip(free).map(|(a, f)| a - f).collect()).collect();
+    let owed_allocated_first = owed_by_node_allocated_first(&tree, &allocated, &free, capacity, from, to);
 
     // Runs: delivered, charged and unallocated per leaf, in the span.
     // Jobs are keyed by (cluster, job id): a lab's clusters reuse job ids.
@@ -341,15 +357,19 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
             node_waits[id as usize].extend_from_slice(&by_leaf[leaf]);
         }
     }
-    let (mut wanting, mut at_95) = (0usize, 0usize);
+    let (mut wanting, mut at_95, mut at_95_allocated_first) = (0usize, 0usize, 0usize);
     let mut nodes = Vec::with_capacity(n);
     for (id, node) in tree.nodes.iter().enumerate() {
         let owed_h = owed[id] / HOUR;
         let delivered_h = node_delivered[id] as f64 / HOUR;
         let ratio = (owed_h > 1e-9).then(|| delivered_h / owed_h);
+        let owed_first_h = owed_allocated_first[id] / HOUR;
+        let ratio_first = (owed_first_h > 1e-9).then(|| delivered_h / owed_first_h);
         if node.leaf.is_some() && node_demand[id] > 0 {
             wanting += 1;
             at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
+            // A budget whose every job was free may be owed nothing: it got that.
+            at_95_allocated_first += usize::from(ratio_first.is_none_or(|r| r >= 0.95 - 1e-9));
         }
         let w = &mut node_waits[id];
         w.sort_unstable();
@@ -362,6 +382,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
             owed_gpu_hours: round3(owed_h),
             delivered_gpu_hours: round3(delivered_h),
             delivered_over_owed: ratio.map(round6),
+            owed_allocated_first_gpu_hours: round3(owed_first_h),
+            delivered_over_owed_allocated_first: ratio_first.map(round6),
             charged_gpu_hours: round3(node_charged[id] as f64 / HOUR),
             unallocated_gpu_hours: round3(node_unallocated[id] as f64 / HOUR),
             jobs: w.len(),
@@ -411,6 +433,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         gpu_hours_outside_tree: round3(outside as f64 / HOUR),
         nodes,
         teams_at_95pct_of_owed: round6(if wanting > 0 { at_95 as f64 / wanting as f64 } else { 1.0 }),
+        teams_at_95pct_of_owed_allocated_first: round6(if wanting > 0 { at_95_allocated_first as f64 / wanting as f64 } else { 1.0 }),
         warnings,
     };
     Ok((report, Timelines { tree, demand: demand_log, held: held_log }))
@@ -551,10 +574,15 @@ pub fn render(r: &ClusterReport) -> String {
             w.preemptions
         );
     }
-    let _ = writeln!(out, "budgets at 95% or more of what they were owed: {}", pct(r.teams_at_95pct_of_owed));
+    let _ = writeln!(
+        out,
+        "budgets at 95% or more of what they were owed: {} ({} owing allocated work first)",
+        pct(r.teams_at_95pct_of_owed),
+        pct(r.teams_at_95pct_of_owed_allocated_first)
+    );
     out.push('\n');
-    let header = ["BUDGET", "SHARE", "DEMAND", "OWED", "DELIVERED", "D/O", "CHARGED", "UNALLOCATED", "JOBS", "WAIT P50", "WAIT P90"];
-    let mut rows: Vec<[String; 11]> = vec![header.map(str::to_owned)];
+    let header = ["BUDGET", "SHARE", "DEMAND", "OWED", "DELIVERED", "D/O", "D/O@ALL", "CHARGED", "UNALLOCATED", "JOBS", "WAIT P50", "WAIT P90"];
+    let mut rows: Vec<[String; 12]> = vec![header.map(str::to_owned)];
     for node in &r.nodes {
         let depth = node.path.matches('/').count() + usize::from(!node.path.is_empty());
         let name =
@@ -566,6 +594,7 @@ pub fn render(r: &ClusterReport) -> String {
             format!("{:.2}", node.owed_gpu_hours),
             format!("{:.2}", node.delivered_gpu_hours),
             node.delivered_over_owed.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x)),
+            node.delivered_over_owed_allocated_first.map_or("-".into(), |x| format!("{:.0}%", 100.0 * x)),
             format!("{:.2}", node.charged_gpu_hours),
             format!("{:.2}", node.unallocated_gpu_hours),
             node.jobs.to_string(),
@@ -573,13 +602,13 @@ pub fn render(r: &ClusterReport) -> String {
             if node.jobs > 0 { human(node.wait_p90_s) } else { "-".into() },
         ]);
     }
-    let widths: Vec<usize> = (0..11).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let widths: Vec<usize> = (0..12).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     for row in &rows {
         let cells: Vec<String> =
             row.iter().enumerate().map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) }).collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
-    let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed)");
+    let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed; D/O@ALL = delivered / owed allocated work first, free work only what allocated work left)");
     if r.gpu_hours_outside_tree > 0.0 {
         let _ = writeln!(out, "(and {:.2} GPU-hours delivered to jobs outside the current budget tree)", r.gpu_hours_outside_tree);
     }
@@ -692,6 +721,9 @@ pub fn side_by_side(actual: &ClusterReport, reports: &[allot_sim::metrics::Repor
     row("occupancy", format!("{:.1}%", 100.0 * actual.occupancy), &|r| format!("{:.1}%", 100.0 * r.occupancy));
     row("unallocated_fraction", format!("{:.1}%", 100.0 * actual.unallocated_fraction), &|r| format!("{:.1}%", 100.0 * r.unallocated_fraction));
     row("teams_at_95pct_of_owed", format!("{:.0}%", 100.0 * actual.teams_at_95pct_of_owed), &|r| format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed));
+    row("teams_at_95pct_of_owed_allocated_first", format!("{:.0}%", 100.0 * actual.teams_at_95pct_of_owed_allocated_first), &|r| {
+        format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed_allocated_first)
+    });
     let mut out = String::new();
     let w0 = rows.iter().map(|r| r.0.len()).max().unwrap_or(6);
     let cols: Vec<String> = reports.iter().map(|r| format!("{} (simulated)", r.policy.name())).collect();

@@ -94,6 +94,39 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-3
 }
 
+/// One hour on 4 GPUs: a's free run (2 GPUs, `min_runtime=0`) holds half
+/// the cluster while b runs 2 GPUs and waits for 2 more, allocated. Owed as
+/// both wanted, a and b are owed 2 GPU-hours each and got them; owed as the
+/// contract owes it, b's allocated work is owed all 4 (a free run yields to
+/// any allocated job) and a's free work nothing: b got half of that.
+#[test]
+fn owed_allocated_first_owes_free_work_only_what_allocated_work_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut l = Ledger::open(dir.path().join("ledger.db")).unwrap();
+    l.sync_budget(BUDGET, &BudgetTree::parse(BUDGET).unwrap(), "admin", "b.toml", T0 - 100).unwrap();
+    let period = Period {
+        runs: vec![run(T0, 1, "p/a", 2, (-10, None), false, None), run(T0, 2, "b", 2, (-10, None), true, None)],
+        contracts: vec![contract(T0, 1, "p/a", -20, 0, 2, true), contract(T0, 2, "b", -20, 3600, 2, true), contract(T0, 3, "b", -20, 3600, 2, true)],
+        events: vec![],
+        demand: vec![demand(T0, "p/a", -10, 0, 0, 2), demand(T0, "b", -10, 2, 2, 0)],
+        job_ends: vec![],
+        snapshot: None,
+    };
+    l.record_period(&period).unwrap();
+    let r = compute(&l, 3600, T0 + 3600).unwrap();
+    let node = |path: &str| r.nodes.iter().find(|n| n.path == path).unwrap_or_else(|| panic!("no node {path:?}")).clone();
+    let (a, b, root) = (node("p/a"), node("b"), node(""));
+    assert_eq!((a.owed_gpu_hours, b.owed_gpu_hours), (2.0, 2.0), "{r:?}");
+    assert_eq!((a.delivered_over_owed, b.delivered_over_owed), (Some(1.0), Some(1.0)));
+    assert_eq!((a.owed_allocated_first_gpu_hours, b.owed_allocated_first_gpu_hours, root.owed_allocated_first_gpu_hours), (0.0, 4.0, 4.0));
+    assert_eq!((a.delivered_over_owed_allocated_first, b.delivered_over_owed_allocated_first), (None, Some(0.5)));
+    // a was owed nothing that way and counts as served; b does not.
+    assert_eq!((r.teams_at_95pct_of_owed, r.teams_at_95pct_of_owed_allocated_first), (1.0, 0.5));
+    let text = render(&r);
+    assert!(text.contains("budgets at 95% or more of what they were owed: 100.0% (50.0% owing allocated work first)"), "{text}");
+    assert!(text.contains("D/O@ALL"), "{text}");
+}
+
 #[test]
 fn every_figure_matches_the_hand_computed_one() {
     let dir = tempfile::tempdir().unwrap();
