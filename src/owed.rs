@@ -145,13 +145,14 @@ pub fn owed_by_hour(tree: &BudgetTree, demand: &[Vec<f64>], capacity: u32, start
 /// Owed GPU-seconds per node for one hour as the contract owes them:
 /// allocated work (`min_runtime` > 0) is owed the hour's `gpu_seconds`
 /// first, shared down the tree as [`owed_in_hour_by_node`] shares them;
-/// unallocated work (free, preemptible by any allocated job) is owed, by
-/// the same shares, only what allocated work left. `allocated` and `free`
-/// are per leaf the GPU-seconds each kind of work wanted in the hour.
-/// [`owed_in_hour_by_node`] of their sum owes free work like allocated
-/// work: a budget whose only work is free is owed its share even while the
-/// contract gives that share to others' allocated work. Both share out the
-/// same total, the hour's GPU-seconds or all that was wanted.
+/// unallocated work (free, preemptible by any allocated job) is owed only
+/// what allocated work left, by the same shares (the queue orders free work
+/// by its budget's standing too, after every allocated job). `allocated`
+/// and `free` are per leaf the GPU-seconds each kind of work wanted in the
+/// hour. [`owed_in_hour_by_node`] of their sum owes free work like
+/// allocated work: a budget whose only work is free is owed its share even
+/// while the contract gives that share to others' allocated work. Both
+/// share out the same total: the hour's GPU-seconds, or all that was wanted.
 pub fn owed_in_hour_by_node_allocated_first(tree: &BudgetTree, allocated: &[f64], free: &[f64], gpu_seconds: f64) -> Vec<f64> {
     let mut owed = owed_in_hour_by_node(tree, allocated, gpu_seconds);
     let left = (gpu_seconds - owed[0]).max(0.0);
@@ -163,36 +164,39 @@ pub fn owed_in_hour_by_node_allocated_first(tree: &BudgetTree, allocated: &[f64]
 
 /// Calls `f(hour, owed per node)` for each hour of `[start, end)`, owed
 /// allocated work first ([`owed_in_hour_by_node_allocated_first`]).
+/// `wanted` is per leaf and hour all the work wanted (as [`owed_by_hour`]
+/// takes it), `free` the unallocated part of it, in the same shape; the
+/// allocated part is their difference (never below 0).
 fn for_each_owed_hour_allocated_first(
     tree: &BudgetTree,
-    allocated: &[Vec<f64>],
+    wanted: &[Vec<f64>],
     free: &[Vec<f64>],
     capacity: u32,
     (start, end): (i64, i64),
     mut f: impl FnMut(usize, &[f64]),
 ) {
-    let hours = allocated.first().map_or(0, Vec::len);
-    let leaves = allocated.len();
+    debug_assert_eq!(wanted.len(), free.len(), "wanted and free: one row per leaf");
+    let hours = wanted.first().map_or(0, Vec::len);
+    let leaves = wanted.len();
     let (mut a, mut u) = (vec![0.0; leaves], vec![0.0; leaves]);
     for h in 0..hours {
         let gpu_seconds = capacity as f64 * (end - (start + h as i64 * HOUR)).clamp(0, HOUR) as f64;
-        // A leaf missing from `free` (or an hour from its row) wants no free work.
-        let free_in_hour = (0..leaves).map(|l| free.get(l).and_then(|v| v.get(h)).copied().unwrap_or(0.0));
-        for ((a, u), (wanted, free)) in a.iter_mut().zip(u.iter_mut()).zip(allocated.iter().zip(free_in_hour)) {
-            *a = wanted[h];
-            *u = free;
+        for ((a, u), (all, free)) in a.iter_mut().zip(u.iter_mut()).zip(wanted.iter().zip(free)) {
+            let (all, free) = (all[h].max(0.0), free.get(h).copied().unwrap_or(0.0).clamp(0.0, all[h].max(0.0)));
+            (*a, *u) = (all - free, free);
         }
         f(h, &owed_in_hour_by_node_allocated_first(tree, &a, &u, gpu_seconds));
     }
 }
 
 /// Owed GPU-seconds per leaf and hour of `[start, end)` as the contract owes
-/// them ([`owed_in_hour_by_node_allocated_first`]); `allocated` and `free`
-/// per leaf and hour as [`hourly`] gives them over the same span.
-pub fn owed_by_hour_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
-    let hours = allocated.first().map_or(0, Vec::len);
-    let mut owed = vec![vec![0.0; hours]; allocated.len()];
-    for_each_owed_hour_allocated_first(tree, allocated, free, capacity, (start, end), |h, by_node| {
+/// them ([`owed_in_hour_by_node_allocated_first`]): `wanted` as
+/// [`owed_by_hour`] takes it, `free` its unallocated part (both as
+/// [`hourly`] gives them over the same span).
+pub fn owed_by_hour_allocated_first(tree: &BudgetTree, wanted: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<Vec<f64>> {
+    let hours = wanted.first().map_or(0, Vec::len);
+    let mut owed = vec![vec![0.0; hours]; wanted.len()];
+    for_each_owed_hour_allocated_first(tree, wanted, free, capacity, (start, end), |h, by_node| {
         for (l, &node) in tree.leaves.iter().enumerate() {
             owed[l][h] = by_node[node as usize];
         }
@@ -201,10 +205,10 @@ pub fn owed_by_hour_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], f
 }
 
 /// The same summed over the hours, for every node of the tree (the live
-/// `allot report`'s [`owed_by_node`] counted allocated work first).
-pub fn owed_by_node_allocated_first(tree: &BudgetTree, allocated: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {
+/// `allot report`'s [`owed_by_node`], allocated work first).
+pub fn owed_by_node_allocated_first(tree: &BudgetTree, wanted: &[Vec<f64>], free: &[Vec<f64>], capacity: u32, start: i64, end: i64) -> Vec<f64> {
     let mut owed = vec![0.0; tree.nodes.len()];
-    for_each_owed_hour_allocated_first(tree, allocated, free, capacity, (start, end), |_, by_node| {
+    for_each_owed_hour_allocated_first(tree, wanted, free, capacity, (start, end), |_, by_node| {
         for (o, g) in owed.iter_mut().zip(by_node) {
             *o += g;
         }

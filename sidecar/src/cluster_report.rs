@@ -208,8 +208,7 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
     let demand: Vec<Vec<f64>> = demand_log.iter().map(|log| hourly(log, from, to)).collect();
     let owed = owed_by_node(&tree, &demand, capacity, from, to);
     let free: Vec<Vec<f64>> = free_log.iter().map(|log| hourly(log, from, to)).collect();
-    let allocated: Vec<Vec<f64>> = demand.iter().zip(&free).map(|(all, free)| all.iter().zip(free).map(|(a, f)| a - f).collect()).collect();
-    let owed_allocated_first = owed_by_node_allocated_first(&tree, &allocated, &free, capacity, from, to);
+    let owed_allocated_first = owed_by_node_allocated_first(&tree, &demand, &free, capacity, from, to);
 
     // Runs: delivered, charged and unallocated per leaf, in the span.
     // Jobs are keyed by (cluster, job id): a lab's clusters reuse job ids.
@@ -368,7 +367,8 @@ pub fn compute_with_timelines(l: &Ledger, since: i64, now: i64) -> anyhow::Resul
         if node.leaf.is_some() && node_demand[id] > 0 {
             wanting += 1;
             at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
-            // A budget whose every job was free may be owed nothing: it got that.
+            // A budget that wanted GPUs only for free work in hours others'
+            // allocated work filled is owed nothing this way: it got that.
             at_95_allocated_first += usize::from(ratio_first.is_none_or(|r| r >= 0.95 - 1e-9));
         }
         let w = &mut node_waits[id];
@@ -581,7 +581,7 @@ pub fn render(r: &ClusterReport) -> String {
         pct(r.teams_at_95pct_of_owed_allocated_first)
     );
     out.push('\n');
-    let header = ["BUDGET", "SHARE", "DEMAND", "OWED", "DELIVERED", "D/O", "D/O@ALL", "CHARGED", "UNALLOCATED", "JOBS", "WAIT P50", "WAIT P90"];
+    let header = ["BUDGET", "SHARE", "DEMAND", "OWED", "DELIVERED", "D/O", "D/O@ALLOC", "CHARGED", "UNALLOCATED", "JOBS", "WAIT P50", "WAIT P90"];
     let mut rows: Vec<[String; 12]> = vec![header.map(str::to_owned)];
     for node in &r.nodes {
         let depth = node.path.matches('/').count() + usize::from(!node.path.is_empty());
@@ -608,7 +608,7 @@ pub fn render(r: &ClusterReport) -> String {
             row.iter().enumerate().map(|(c, s)| if c == 0 { format!("{s:<w$}", w = widths[c]) } else { format!("{s:>w$}", w = widths[c]) }).collect();
         let _ = writeln!(out, "{}", cells.join("  ").trim_end());
     }
-    let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed; D/O@ALL = delivered / owed allocated work first, free work only what allocated work left)");
+    let _ = writeln!(out, "(GPU-hours; owed: each hour the cluster's GPUs shared down the tree, each budget capped at its demand; D/O = delivered / owed; D/O@ALLOC = delivered / owed allocated work first, free work only what allocated work left)");
     if r.gpu_hours_outside_tree > 0.0 {
         let _ = writeln!(out, "(and {:.2} GPU-hours delivered to jobs outside the current budget tree)", r.gpu_hours_outside_tree);
     }

@@ -169,17 +169,18 @@ impl Site {
                 span { "wait p50/p90 " b { (human(r.wait_p50_s)) " / " (human(r.wait_p90_s)) } }
                 span { "preemptions " b { (r.preemptions) } }
                 span { "budgets at 95% of owed " b { (format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed)) } }
+                span { "owing allocated work first " b { (format!("{:.0}%", 100.0 * r.teams_at_95pct_of_owed_allocated_first)) } }
                 span { "waiting jobs " b { (queue.len() + more) } }
             }
             h2 id="tree" { "Budgets" }
             p {
-                "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted. Standing: the part of its share the budget used over the plugins' window (green under, red over) and its place among its siblings (least used first), which orders the queue."
+                "GPU-hours over the span. Owed: each hour the cluster's GPUs shared down the tree, each budget capped at what its jobs wanted; owing allocated work first, free work (min_runtime=0) is owed only what allocated work left, as the contract serves it. Standing: the part of its share the budget used over the plugins' window (green under, red over) and its place among its siblings (least used first), which orders the queue."
                 @if tree.settings.lookahead > 0 {
                     " Its use counts the GPUs its jobs hold as used " (allot::duration::format_duration(tree.settings.lookahead)) " longer (the budget's lookahead)."
                 }
             }
             table {
-                tr { th { "budget" } th { "share" } th { "demand" } th { "owed" } th { "delivered" } th { "delivered / owed" } th { "charged" } th { "unallocated" } th { "standing" } }
+                tr { th { "budget" } th { "share" } th { "demand" } th { "owed" } th { "delivered" } th { "delivered / owed" } th title="delivered / owed, owing allocated work first (see above)" { "allocated first" } th { "charged" } th { "unallocated" } th { "standing" } }
                 @for (id, n) in r.nodes.iter().enumerate() {
                     @let depth = if n.path.is_empty() { 0 } else { n.path.matches('/').count() + 1 };
                     @let name = if n.path.is_empty() { "(cluster)".to_owned() } else { n.path.rsplit('/').next().unwrap_or("").to_owned() };
@@ -190,6 +191,7 @@ impl Site {
                         td { (format!("{:.2}", n.owed_gpu_hours)) }
                         td { (format!("{:.2}", n.delivered_gpu_hours)) }
                         td { (pct(n.delivered_over_owed)) }
+                        td { (pct(n.delivered_over_owed_allocated_first)) }
                         td { (format!("{:.2}", n.charged_gpu_hours)) }
                         td { (format!("{:.2}", n.unallocated_gpu_hours)) }
                         @match ranking.as_ref().filter(|_| id > 0) {

@@ -94,37 +94,57 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-3
 }
 
-/// One hour on 4 GPUs: a's free run (2 GPUs, `min_runtime=0`) holds half
-/// the cluster while b runs 2 GPUs and waits for 2 more, allocated. Owed as
-/// both wanted, a and b are owed 2 GPU-hours each and got them; owed as the
-/// contract owes it, b's allocated work is owed all 4 (a free run yields to
-/// any allocated job) and a's free work nothing: b got half of that.
+/// Two hours on 4 GPUs, b running 2 GPUs (allocated) throughout and
+/// waiting for 2 more, allocated. Hour 1: a's free run (2 GPUs,
+/// `min_runtime=0`) holds the other half. Hour 2: a's run has ended and its
+/// next free job (2 GPUs) waits.
+/// - Owed as both wanted: 2 GPU-hours each per hour; a got 2 of 4 (50%),
+///   b 4 of 4.
+/// - Owed as the contract owes it: each hour b's allocated work all 4 (free
+///   work yields to any allocated job), a's free work, running or waiting,
+///   nothing. a got more than it was owed, b 4 of 8: the free run held
+///   GPUs b's allocated work was owed.
 #[test]
 fn owed_allocated_first_owes_free_work_only_what_allocated_work_left() {
     let dir = tempfile::tempdir().unwrap();
     let mut l = Ledger::open(dir.path().join("ledger.db")).unwrap();
     l.sync_budget(BUDGET, &BudgetTree::parse(BUDGET).unwrap(), "admin", "b.toml", T0 - 100).unwrap();
+    let free_pending = |at: i64, gpus: u32| DemandRow {
+        leaf: "p/a".into(),
+        at: T0 + at,
+        pending_allocated: 0,
+        pending_unallocated: gpus,
+        running_allocated: 0,
+        running_unallocated: 0,
+    };
     let period = Period {
-        runs: vec![run(T0, 1, "p/a", 2, (-10, None), false, None), run(T0, 2, "b", 2, (-10, None), true, None)],
-        contracts: vec![contract(T0, 1, "p/a", -20, 0, 2, true), contract(T0, 2, "b", -20, 3600, 2, true), contract(T0, 3, "b", -20, 3600, 2, true)],
+        runs: vec![run(T0, 1, "p/a", 2, (-10, Some(3600)), false, Some("completed")), run(T0, 2, "b", 2, (-10, None), true, None)],
+        contracts: vec![
+            contract(T0, 1, "p/a", -20, 0, 2, true),
+            contract(T0, 2, "b", -20, 7200, 2, true),
+            contract(T0, 3, "b", -20, 3600, 2, true),
+            contract(T0, 4, "p/a", 3600, 0, 2, true),
+        ],
         events: vec![],
-        demand: vec![demand(T0, "p/a", -10, 0, 0, 2), demand(T0, "b", -10, 2, 2, 0)],
-        job_ends: vec![],
+        demand: vec![demand(T0, "p/a", -10, 0, 0, 2), free_pending(3600, 2), demand(T0, "b", -10, 2, 2, 0)],
+        job_ends: vec![JobEnd { job_id: 1, at: T0 + 3600 }],
         snapshot: None,
     };
     l.record_period(&period).unwrap();
-    let r = compute(&l, 3600, T0 + 3600).unwrap();
+    let r = compute(&l, 7200, T0 + 7200).unwrap();
     let node = |path: &str| r.nodes.iter().find(|n| n.path == path).unwrap_or_else(|| panic!("no node {path:?}")).clone();
     let (a, b, root) = (node("p/a"), node("b"), node(""));
-    assert_eq!((a.owed_gpu_hours, b.owed_gpu_hours), (2.0, 2.0), "{r:?}");
-    assert_eq!((a.delivered_over_owed, b.delivered_over_owed), (Some(1.0), Some(1.0)));
-    assert_eq!((a.owed_allocated_first_gpu_hours, b.owed_allocated_first_gpu_hours, root.owed_allocated_first_gpu_hours), (0.0, 4.0, 4.0));
-    assert_eq!((a.delivered_over_owed_allocated_first, b.delivered_over_owed_allocated_first), (None, Some(0.5)));
+    assert_eq!((a.owed_gpu_hours, b.owed_gpu_hours), (4.0, 4.0), "{r:?}");
+    assert_eq!((a.delivered_gpu_hours, b.delivered_gpu_hours), (2.0, 4.0));
+    assert_eq!((a.delivered_over_owed, b.delivered_over_owed), (Some(0.5), Some(1.0)));
+    // Hour 2's free demand is a job pending, not running: free all the same.
+    assert_eq!((a.owed_allocated_first_gpu_hours, b.owed_allocated_first_gpu_hours, root.owed_allocated_first_gpu_hours), (0.0, 8.0, 8.0));
+    assert_eq!((a.delivered_over_owed_allocated_first, b.delivered_over_owed_allocated_first), (None, Some(0.5)), "{r:?}");
     // a was owed nothing that way and counts as served; b does not.
-    assert_eq!((r.teams_at_95pct_of_owed, r.teams_at_95pct_of_owed_allocated_first), (1.0, 0.5));
+    assert_eq!((r.teams_at_95pct_of_owed, r.teams_at_95pct_of_owed_allocated_first), (0.5, 0.5));
     let text = render(&r);
-    assert!(text.contains("budgets at 95% or more of what they were owed: 100.0% (50.0% owing allocated work first)"), "{text}");
-    assert!(text.contains("D/O@ALL"), "{text}");
+    assert!(text.contains("budgets at 95% or more of what they were owed: 50.0% (50.0% owing allocated work first)"), "{text}");
+    assert!(text.contains("D/O@ALLOC"), "{text}");
 }
 
 #[test]

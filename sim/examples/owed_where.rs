@@ -1,8 +1,9 @@
 //! Where the teams under 95% of owed (allocated work first, as the contract
 //! owes it) fell short: over the loaded days (submissions still coming) or
 //! over the drain that follows them (the backlog a finite workload leaves),
-//! and how many owed GPU-hours no job used in each part (owed summed over
-//! the teams, less the GPUs held). The shipped layout (one node kept for
+//! and how many GPU-hours sat idle while jobs wanted them in each part
+//! (owed summed over the teams, less the GPUs held: the same by either
+//! count of owed). The shipped layout (one node kept for
 //! small jobs), seeds 1-5. The paragraph "Over the run" of "Owed by the
 //! contract" in docs/src/simulator/debug-overload.md.
 //!
@@ -31,15 +32,14 @@ fn main() {
             let o = &sim.outcome;
             let per_hour = |logs: &[Vec<(i64, i64)>]| -> Vec<Vec<f64>> { logs.iter().map(|l| hourly(l, o.start, o.end)).collect() };
             let (wanted, free, held) = (per_hour(&o.demand_log), per_hour(&o.free_demand_log), per_hour(&o.delivered_log));
-            let allocated: Vec<Vec<f64>> = wanted.iter().zip(&free).map(|(w, f)| w.iter().zip(f).map(|(w, f)| w - f).collect()).collect();
-            let owed = owed_by_hour_allocated_first(&tree, &allocated, &free, p.cluster.nodes * p.cluster.gpus_per_node, o.start, o.end);
+            let owed = owed_by_hour_allocated_first(&tree, &wanted, &free, p.cluster.nodes * p.cluster.gpus_per_node, o.start, o.end);
             let hours = owed[0].len();
             let loaded = ((p.days * 24.0) as usize).min(hours);
             let gpu_h = |v: &[f64]| v.iter().sum::<f64>() / 3600.0;
             let unused =
                 |r: std::ops::Range<usize>| r.map(|h| owed.iter().map(|t| t[h]).sum::<f64>() - held.iter().map(|t| t[h]).sum::<f64>()).sum::<f64>() / 3600.0;
             println!(
-                "{v} seed {seed}: {hours} hours, {loaded} loaded; owed GPU-hours no job used: {:.0} loaded, {:.0} drain",
+                "{v} seed {seed}: {hours} hours, {loaded} loaded; GPU-hours idle while jobs wanted them: {:.0} loaded, {:.0} drain",
                 unused(0..loaded),
                 unused(loaded..hours)
             );
@@ -47,7 +47,7 @@ fn main() {
                 let (ol, dl, od, dd) = (gpu_h(&owed[l][..loaded]), gpu_h(&held[l][..loaded]), gpu_h(&owed[l][loaded..]), gpu_h(&held[l][loaded..]));
                 if dl + dd < 0.95 * (ol + od) {
                     println!(
-                        "  {}: {:.0}% of owed over the run; loaded days: owed {ol:.0}, held {dl:.0} ({:+.0}); drain: owed {od:.0}, held {dd:.0} ({:+.0})",
+                        "  {}: {:.1}% of owed over the run; loaded days: owed {ol:.0}, held {dl:.0} ({:+.0}); drain: owed {od:.0}, held {dd:.0} ({:+.0})",
                         tree.leaf_node(l as u32).path,
                         100.0 * (dl + dd) / (ol + od),
                         dl - ol,

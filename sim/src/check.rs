@@ -44,6 +44,31 @@ pub fn invariants(workload: &Workload, cfg: &Config, sim: &Simulation) -> Vec<St
         bad.push(format!("idle GPU-seconds by cause {c:?} do not add up to {}", out.idle_while_waiting));
     }
 
+    // 0b. Each leaf's wanted GPUs, and their free part, never go below 0,
+    // the free part is never more than the whole, and both are back to 0
+    // at the end (every job's demand closes: completed, cancelled, or at
+    // the horizon): what owed allocated work first subtracts.
+    for (leaf, (all, free)) in out.demand_log.iter().zip(&out.free_demand_log).enumerate() {
+        let mut steps: Vec<(i64, i64, i64)> = all.iter().map(|&(t, d)| (t, d, 0)).chain(free.iter().map(|&(t, d)| (t, 0, d))).collect();
+        steps.sort_unstable_by_key(|&(t, _, _)| t);
+        let (mut a, mut f, mut i) = (0i64, 0i64, 0);
+        while i < steps.len() {
+            let t = steps[i].0;
+            while i < steps.len() && steps[i].0 == t {
+                a += steps[i].1;
+                f += steps[i].2;
+                i += 1;
+            }
+            if a < 0 || f < 0 || f > a {
+                bad.push(format!("leaf {leaf} at {t}: {a} GPUs wanted, {f} of them by free work"));
+                break;
+            }
+        }
+        if a != 0 || f != 0 {
+            bad.push(format!("leaf {leaf}: {a} GPUs still wanted at the end ({f} by free work)"));
+        }
+    }
+
     // 1. Slots: no overlap per GPU; total in use never above capacity.
     // (node, GPU) -> (start, end, job) of the runs that held it.
     type SlotRuns = HashMap<(u32, u32), Vec<(i64, i64, u32)>>;

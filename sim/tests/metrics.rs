@@ -79,10 +79,36 @@ fn a_small_workload_without_preemption_by_hand() {
     // Both teams submitted; only a got 95% of what it was owed.
     assert!(close(r.teams_at_95pct_of_owed, 0.5) && close(r.teams_at_95pct_of_owed_at_submission, 0.5));
     // Allocated work first changes nothing here: in hour 1 the allocated
-    // jobs want the whole cluster (a 3,600, b 3,600) and a's free job is
-    // owed nothing; in the last half hour b's allocated job is owed its
-    // 1,800 and a's free job its 600 of what is left.
+    // jobs want 7,200 (a) and 3,600 (b), more than the cluster's 7,200
+    // together: each is owed 3,600 and a's free job nothing; in the last
+    // half hour b's allocated job is owed its 1,800 and a's free job its 600
+    // of what is left.
     assert!(close(a.owed_allocated_first_gpu_hours, 4200.0 / H) && close(b.owed_allocated_first_gpu_hours, 5400.0 / H));
+    assert!(close(r.teams_at_95pct_of_owed_allocated_first, 0.5));
+}
+
+/// One node of 2 GPUs, stopped at 3600: b's allocated job (2 GPUs, 1 h,
+/// protected) runs 0-3600 while a's free job (2 GPUs) waits the whole hour.
+/// As both wanted, a was owed half the hour and got nothing; as the
+/// contract owes it, b's allocated work was owed the whole hour and a's
+/// free work nothing, which it got: a counts as served.
+#[test]
+fn free_work_owed_nothing_allocated_first_counts_as_served() {
+    let csv = "job_id,submit_s,gpus,runtime_s,team,min_runtime_s,resumable,kind\n0,0,2,3600,a,0,true,sweep\n1,0,2,3600,b,3600,true,training\n";
+    let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+    let tree = BudgetTree::parse("[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\n").unwrap();
+    let mut cfg = Config::new("1x2".parse::<ClusterSpec>().unwrap(), tree, PolicyKind::Allot);
+    cfg.horizon = Some(3600);
+    let sim = simulate(&w, &cfg, &mut |_| {});
+    assert!(invariants(&w, &cfg, &sim).is_empty());
+    let r = sim.report;
+    let (a, b) = (&r.teams[0], &r.teams[1]);
+    assert!(close(a.delivered_gpu_hours, 0.0) && close(b.delivered_gpu_hours, 2.0), "{r:?}");
+    assert!(close(a.owed_gpu_hours, 1.0) && close(b.owed_gpu_hours, 1.0));
+    assert!(close(a.owed_allocated_first_gpu_hours, 0.0) && close(b.owed_allocated_first_gpu_hours, 2.0));
+    assert_eq!((a.delivered_over_owed, a.delivered_over_owed_allocated_first), (Some(0.0), None));
+    assert_eq!(b.delivered_over_owed_allocated_first, Some(1.0));
+    assert!(close(r.teams_at_95pct_of_owed, 0.5) && close(r.teams_at_95pct_of_owed_allocated_first, 1.0));
 }
 
 /// One node of 4 GPUs:

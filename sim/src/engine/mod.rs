@@ -831,6 +831,7 @@ impl<'a> Engine<'a> {
             }
         }
         let mut out_jobs = Vec::with_capacity(self.jobs.len());
+        let mut closing = Vec::new();
         for (i, job) in self.jobs.iter().enumerate() {
             let fate = match job.status {
                 Status::Completed => Fate::Completed,
@@ -846,11 +847,7 @@ impl<'a> Engine<'a> {
                 Status::Running | Status::Grace | Status::Starting => Fate::Unfinished(job.fate_reason.clone().unwrap_or_default()),
             };
             if matches!(fate, Fate::Unfinished(_)) && self.workload.jobs[i].submit <= end {
-                let (leaf, change) = (job.leaf as usize, -(job.held as i64));
-                self.demand_log[leaf].push((end, change));
-                if !job.contract.is_allocated() {
-                    self.free_demand_log[leaf].push((end, change));
-                }
+                closing.push(i as u32);
             }
             out_jobs.push(JobOutcome {
                 fate,
@@ -858,6 +855,9 @@ impl<'a> Engine<'a> {
                 end: job.end.or(Some(end).filter(|_| job.status != Status::Refused)),
                 preemptions: job.preemptions,
             });
+        }
+        for j in closing {
+            self.log_demand(j, end, -1);
         }
         for log in self.demand_log.iter_mut().chain(&mut self.free_demand_log) {
             // Horizon closings were appended last; keep every log in time order.

@@ -310,9 +310,8 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
     let given: Vec<Vec<f64>> = outcome.delivered_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
     let owed: Vec<f64> = owed_by_hour(tree, &demand, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
     let free: Vec<Vec<f64>> = outcome.free_demand_log.iter().map(|log| hourly(log, outcome.start, outcome.end)).collect();
-    let allocated: Vec<Vec<f64>> = demand.iter().zip(&free).map(|(all, free)| all.iter().zip(free).map(|(a, f)| a - f).collect()).collect();
     let owed_allocated_first: Vec<f64> =
-        owed_by_hour_allocated_first(tree, &allocated, &free, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
+        owed_by_hour_allocated_first(tree, &demand, &free, capacity, outcome.start, outcome.end).iter().map(|hours| hours.iter().sum()).collect();
     // Owed at submission, and what was delivered, over the submission span
     // only: a policy that serves a team weeks after the last submission is
     // not credited with it against this owed.
@@ -348,8 +347,10 @@ fn team_stats(workload: &Workload, tree: &BudgetTree, capacity: u32, outcome: &O
             t.submitting += 1;
             t.at_95 += usize::from(ratio.is_some_and(|r| r >= 0.95 - 1e-9));
             t.at_95_at_submission += usize::from(ratio_sub.is_some_and(|r| r >= 0.95 - 1e-9));
-            // A team whose every job is free may be owed nothing: it got that.
-            t.at_95_allocated_first += usize::from(ratio_first.map_or(jobs.jobs_per_leaf[l] > 0, |r| r >= 0.95 - 1e-9));
+            // A team that wanted GPUs but only for free work in hours others'
+            // allocated work filled is owed nothing this way: it got that.
+            let wanted = demand[l].iter().sum::<f64>() > 0.0;
+            t.at_95_allocated_first += usize::from(ratio_first.map_or(wanted, |r| r >= 0.95 - 1e-9));
         }
         if refused_jobs > 0 && jobs.jobs_per_leaf[l] == 0 {
             t.warnings.push(format!(

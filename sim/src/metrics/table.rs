@@ -108,7 +108,7 @@ pub fn table(reports: &[Report]) -> String {
     let _ = write!(out, "{:team_w$}  {:>6}  {:>10}", "team", "share", "owed@sub");
     for r in reports {
         let p = r.policy.name();
-        let _ = write!(out, "  {:>10}  {:>10}  {:>6}  {:>7}  {:>7}", format!("{p} owed"), "delivered", "d/o", "d/o@sub", "d/o@all");
+        let _ = write!(out, "  {:>10}  {:>10}  {:>6}  {:>7}  {:>9}", format!("{p} owed"), "delivered", "d/o", "d/o@sub", "d/o@alloc");
     }
     out.push('\n');
     if let Some(first) = reports.first() {
@@ -119,7 +119,7 @@ pub fn table(reports: &[Report]) -> String {
                 let pct = |x: Option<f64>| x.map_or("-".into(), |x| format!("{}%", fixed(100.0 * x, 0)));
                 let _ = write!(
                     out,
-                    "  {:>10.0}  {:>10.0}  {:>6}  {:>7}  {:>7}",
+                    "  {:>10.0}  {:>10.0}  {:>6}  {:>7}  {:>9}",
                     t.owed_gpu_hours,
                     t.delivered_gpu_hours,
                     pct(t.delivered_over_owed),
@@ -130,7 +130,7 @@ pub fn table(reports: &[Report]) -> String {
             out.push('\n');
         }
     }
-    let _ = writeln!(out, "(GPU-hours; owed: from each policy's own queue, over the whole run; owed@sub: over the submission span, as if every job started at its submission, the same for every policy; d/o = delivered / owed; d/o@sub = delivered in the span / owed@sub; d/o@all = delivered / owed allocated work first, free work only what allocated work left)");
+    let _ = writeln!(out, "(GPU-hours; owed: from each policy's own queue, over the whole run; owed@sub: over the submission span, as if every job started at its submission, the same for every policy; d/o = delivered / owed; d/o@sub = delivered in the span / owed@sub; d/o@alloc = delivered / owed allocated work first, free work only what allocated work left)");
     for r in reports {
         if !r.not_completed.is_empty() {
             let _ = writeln!(out, "\n{}: jobs that did not complete (work never done)", r.policy.name());
