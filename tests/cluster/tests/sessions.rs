@@ -200,6 +200,8 @@ fn s3_an_altered_or_foreign_checkpoint_is_refused_and_kept_and_strangers_get_not
     wait_log(&c, "alice", "nb", "checkpointed session nb", 1);
     c.wait_for("the job ends after its checkpoint", secs(30), || c.job(job).state() == "COMPLETED");
     let image = dir.join("image");
+    // alice's uid is whatever this machine gave her (other users may predate her).
+    let alice_uid = nix::unistd::User::from_name("alice").unwrap().expect("the harness created alice").uid.as_raw();
     let cores: Vec<PathBuf> =
         std::fs::read_dir(&image).unwrap().flatten().map(|e| e.path()).filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("core-")).collect();
     assert!(!cores.is_empty());
@@ -207,7 +209,7 @@ fn s3_an_altered_or_foreign_checkpoint_is_refused_and_kept_and_strangers_get_not
         let bytes = std::fs::read(core).unwrap();
         std::fs::write(core, with_capabilities(&bytes)).unwrap();
         let creds = allot_cli::session::image::read_core(&std::fs::read(core).unwrap()).unwrap().thread_core.unwrap().creds.unwrap();
-        assert_eq!((creds.uid, creds.cap_prm.clone()), (Some(1001), vec![1 << 8, 1 << 8]), "the alteration");
+        assert_eq!((creds.uid, creds.cap_prm.clone()), (Some(alice_uid), vec![1 << 8, 1 << 8]), "the alteration");
     }
     let out = c.scontrol(&["requeue", &job.to_string()]);
     assert!(out.status.success(), "{}", text(&out));
