@@ -83,6 +83,9 @@ pub struct Options {
     pub backup_ctld: bool,
     /// slurm.conf's ClusterName (scripts/cluster.sh ALLOT_CLUSTER_NAME).
     pub cluster_name: &'static str,
+    /// allot's fault points armed in slurmctld (scripts/cluster.sh
+    /// ALLOT_INJECT_FAULT): `job_submit`, `priority_walk@2`, ...
+    pub inject_fault: Option<&'static str>,
 }
 
 impl Default for Options {
@@ -97,6 +100,7 @@ impl Default for Options {
             server_ledger: false,
             backup_ctld: false,
             cluster_name: "allot",
+            inject_fault: None,
         }
     }
 }
@@ -115,6 +119,18 @@ pub struct TestCluster {
     /// One cluster (or pair) at a time; a cluster beside another runs under
     /// that one's turn.
     _serial: Option<MutexGuard<'static, ()>>,
+}
+
+/// One run as slurmdbd recorded it ([`TestCluster::sacct_runs`]).
+#[derive(Debug, Clone)]
+pub struct SacctRun {
+    pub job: u32,
+    pub account: String,
+    /// How the run ended (COMPLETED, REQUEUED, PREEMPTED, NODE_FAIL, ...).
+    pub state: String,
+    pub start: i64,
+    pub end: i64,
+    pub gpus: i64,
 }
 
 /// One job as `scontrol show job -o` reports it.
@@ -282,6 +298,7 @@ impl TestCluster {
             backup_ctld: options.backup_ctld,
             ledger_url: cluster.is_on_server().then(|| cluster.ledger_url(true)),
             plugins_target: release.plugins.parent().map(Path::to_owned),
+            inject_fault: options.inject_fault.map(str::to_owned),
             ..Settings::default()
         };
         if let Err(e) = cluster.local().up(&settings) {
@@ -491,6 +508,39 @@ impl TestCluster {
     pub fn run_ends(&self) -> Vec<JobInfo> {
         let text = std::fs::read_to_string(self.dir.join("log/run-ends.log")).unwrap_or_default();
         parse_jobs(&text)
+    }
+
+    /// The cluster's accounts and associations from its budget (`allot
+    /// associations --apply`), for a cluster with Slurm's accounting, which
+    /// admits no job of a user without one. Returns what it printed.
+    pub fn apply_associations(&self) -> String {
+        let out = self.allot_in_release(&["associations", "--apply"]);
+        assert!(out.status.success(), "allot associations --apply: {}", text(&out));
+        text(&out)
+    }
+
+    /// Every run slurmdbd recorded for `jobs` (`sacct -D`: each requeued or
+    /// preempted run a row of its own, whoever requeued it), with its GPUs
+    /// from AllocTRES, times in Unix seconds. A run still on (no end yet)
+    /// or that never started is left out. Needs `Options::accounting`.
+    pub fn sacct_runs(&self, jobs: &[u32]) -> Vec<SacctRun> {
+        let list = jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+        let out = self
+            .slurm_command(None, "sacct")
+            .args(["-a", "-D", "-X", "-P", "-n", "-j", &list, "--format=JobIDRaw,Account,State,Start,End,AllocTRES"])
+            .env("SLURM_TIME_FORMAT", "%s")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "sacct: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split('|').collect();
+                let (start, end) = (f.get(3)?.parse().ok()?, f.get(4)?.parse().ok()?);
+                let gpus = f.get(5)?.split(',').find_map(|t| t.strip_prefix("gres/gpu=")).and_then(|n| n.parse().ok()).unwrap_or(0);
+                Some(SacctRun { job: f[0].parse().ok()?, account: f[1].to_owned(), state: f[2].to_owned(), start, end, gpus })
+            })
+            .collect()
     }
 
     /// slurmctld's log so far.

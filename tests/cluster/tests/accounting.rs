@@ -17,13 +17,6 @@ fn accounting() -> Options {
     Options { accounting: true, ..Options::default() }
 }
 
-/// The cluster's associations from the budget (`allot associations --apply`).
-fn apply_associations(c: &TestCluster) -> String {
-    let out = c.allot_in_release(&["associations", "--apply"]);
-    assert!(out.status.success(), "allot associations --apply: {}", text(&out));
-    text(&out)
-}
-
 /// `sacctmgr -nP show assoc format=account,user` as (account, user) pairs.
 fn associations(c: &TestCluster) -> Vec<(String, String)> {
     let out = c.slurm(None, "sacctmgr", &["-nP", "show", "assoc", "cluster=allot", "format=account,user"]);
@@ -58,7 +51,7 @@ fn a1_the_budget_gives_slurmdbd_its_accounts_and_associations() {
         .collect();
     assert_eq!(associations(&c), want);
     // --apply finds nothing missing.
-    assert!(apply_associations(&c).contains("every account and association the budget needs is there (3 accounts, 4 users)"));
+    assert!(c.apply_associations().contains("every account and association the budget needs is there (3 accounts, 4 users)"));
 
     // Jobs go in, charged where allot says: dave's default is teama.
     let alice = c.sbatch("alice", &["--gres=gpu:1", "--comment=min_runtime=5s", "--hold", &sleep_job(1)]).unwrap();
@@ -77,14 +70,14 @@ fn a1_the_budget_gives_slurmdbd_its_accounts_and_associations() {
     assert!(out.status.success(), "{}", text(&out));
     let e = c.sbatch("bob", &["--account=teama", "--gres=gpu:1", &sleep_job(1)]).unwrap_err();
     assert!(e.contains("user 'bob' is not a member of budget lab/teama"), "{e}");
-    let applied = apply_associations(&c);
+    let applied = c.apply_associations();
     assert!(applied.contains("bob has an association with teama, which the budget does not give them"), "{applied}");
 }
 
 #[test]
 fn a2_account_changes_take_effect_in_slurm_only_where_allot_allows_them() {
     let c = TestCluster::start("acctmoves", BUDGET, accounting());
-    apply_associations(&c);
+    c.apply_associations();
     // bob also has a stray Slurm association with teama.
     let out = c.slurm(None, "sacctmgr", &["-i", "add", "user", "bob", "account=teama", "cluster=allot"]);
     assert!(out.status.success(), "{}", text(&out));
@@ -121,45 +114,13 @@ fn a2_account_changes_take_effect_in_slurm_only_where_allot_allows_them() {
     assert_eq!((runs[0].leaf.as_deref(), runs[0].account.as_deref(), runs[0].gpus), (Some("lab/teamb"), Some("teamb"), 2), "{runs:?}");
 }
 
-/// One run as sacct reports it.
-#[derive(Debug, Clone)]
-struct SacctRun {
-    job: u32,
-    account: String,
-    start: i64,
-    end: i64,
-    gpus: i64,
-}
-
-/// Every run sacct has for `jobs` (requeued and preempted runs each a row
-/// of their own, -D), with its GPUs from AllocTRES.
-fn sacct_runs(c: &TestCluster, jobs: &[u32]) -> Vec<SacctRun> {
-    let list = jobs.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let out = c
-        .slurm_command(None, "sacct")
-        .args(["-a", "-D", "-X", "-P", "-n", "-j", &list, "--format=JobIDRaw,Account,State,Start,End,AllocTRES"])
-        .env("SLURM_TIME_FORMAT", "%s")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "sacct: {}", text(&out));
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split('|').collect();
-            let (start, end) = (f.get(3)?.parse().ok()?, f.get(4)?.parse().ok()?);
-            let gpus = f.get(5)?.split(',').find_map(|t| t.strip_prefix("gres/gpu=")).and_then(|n| n.parse().ok()).unwrap_or(0);
-            Some(SacctRun { job: f[0].parse().ok()?, account: f[1].to_owned(), start, end, gpus })
-        })
-        .collect()
-}
-
 #[test]
 fn a3_allot_charges_what_sacct_records_within_one_percent() {
     // A mixed workload: allocated jobs of several sizes and lengths, an
     // array, unallocated jobs that allocated ones preempt and requeue, an
     // admin's requeue, a failure and a cancellation mid-run.
     let c = TestCluster::start("sacct", BUDGET, accounting());
-    apply_associations(&c);
+    c.apply_associations();
     let t0 = allot_cluster_tests::now();
     let mut jobs = Vec::new();
     let free: Vec<u32> = (0..3).map(|_| c.sbatch("carol", &["--gres=gpu:8", "--comment=min_runtime=0", "--requeue", &sleep_job(25)]).unwrap()).collect();
@@ -192,10 +153,10 @@ fn a3_allot_charges_what_sacct_records_within_one_percent() {
     assert!(preempted >= 1, "no unallocated job was preempted: the workload lost its point");
 
     // Slurm's record (sacct) against allot's (the ledger), per account.
-    let mut slurm: Vec<SacctRun> = Vec::new();
+    let mut slurm: Vec<allot_cluster_tests::SacctRun> = Vec::new();
     let mut ledger: HashMap<u32, Vec<RunRow>> = HashMap::new();
     c.wait_for("every run in sacct and in the ledger", secs(90), || {
-        slurm = sacct_runs(&c, &jobs);
+        slurm = c.sacct_runs(&jobs);
         let Ok(l) = Ledger::open_read_only(c.ledger_path()) else { return false };
         ledger = jobs.iter().map(|&j| (j, l.runs_of_job(j).unwrap_or_default())).collect();
         let started: usize = slurm.iter().filter(|r| r.gpus > 0).count();
