@@ -13,7 +13,8 @@
 #      simulator's, and the bindings' layout tests of every release;
 #   4. builds the Debian packages (scripts/package.sh);
 #   5. for each release, the cluster tests (tests/cluster): real 4-node
-#      Slurm clusters with the plugins loaded (cluster.rs, hostile.rs), with
+#      Slurm clusters with the plugins loaded (cluster.rs, hostile.rs, and
+#      faults.rs: allot's own faults injected in slurmctld), with
 #      slurmdbd and MariaDB (accounting.rs), and the Debian package installed
 #      and the demo run from it (package.rs);
 #   6. fuzzes the parsers, about 10 seconds each (scripts/fuzz.sh --short).
@@ -104,7 +105,7 @@ if [[ ${#package_args[@]} -gt 0 ]]; then scripts/package.sh "${package_args[@]}"
 
 for r in "${releases[@]}"; do
     phase "cluster tests on Slurm $(release_field "$r" version) (Debian $(release_field "$r" suite))"
-    suites=(--test cluster --test hostile --test accounting --test server_ledger)
+    suites=(--test cluster --test hostile --test faults --test accounting --test server_ledger)
     [[ -n $(release_field "$r" deb) ]] && suites+=(--test package) # a site build has no package
     # Slurm's own failover works on 22.05 only here (tests/cluster/tests/failover.rs).
     [[ $r == 22.05 ]] && suites+=(--test failover)

@@ -329,7 +329,7 @@ impl Worker {
     pub fn run(mut self, ctld: &'static Slurmctld) {
         loop {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.cycle(ctld))).is_err() {
-                log::error!("a recompute failed (see the panic above); priorities stay as they were until the next one");
+                log::error!("a recompute failed (see the panic above): none of its priorities or requeues were applied; the next one starts afresh");
             }
             if !self.signal.wait(self.period) {
                 break;
@@ -524,13 +524,18 @@ impl Worker {
         // Per leaf: GPUs pending allocated, pending unallocated, running allocated, running unallocated.
         let mut demand = vec![[0u32; 4]; tree.leaves.len()];
 
-        // (Taken, and put back pruned after the walk: priority_p_set adds
-        // to it under the job lock this walk holds, so nothing is missed.)
-        let first_submit = std::mem::take(&mut self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit);
+        // A copy, and the original pruned in place after the walk (so a
+        // panic in the walk loses none of it): priority_p_set adds to it
+        // only under the job lock this walk holds.
+        let first_submit = self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit.clone();
         locked.for_each_job(|job| {
             let j = job.view();
             let id = j.id();
             in_list.insert(id);
+            if in_list.len() == 3 {
+                // A test's fault halfway through the walk (allot_slurm::fault).
+                allot_slurm::fault::inject("priority_walk");
+            }
             {
                 // Recorded when first seen (a job that came and went between
                 // two walks is seen finished), and again if a pending job's
@@ -738,9 +743,7 @@ impl Worker {
             }
         }
         // Forget jobs slurmctld has forgotten.
-        let mut first_submit = first_submit;
-        first_submit.retain(|id, _| in_list.contains(id));
-        self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit = first_submit;
+        self.order.lock().unwrap_or_else(|p| p.into_inner()).first_submit.retain(|id, _| in_list.contains(id));
         self.contracts_recorded.retain(|id, _| in_list.contains(id));
         self.ends_recorded.retain(|(id, _)| in_list.contains(id));
         self.preemptions_seen.retain(|(id, _)| in_list.contains(id));

@@ -317,13 +317,10 @@ impl Slurmctld {
             if list.is_null() {
                 return;
             }
-            let it = sys::list_iterator_create(list);
-            loop {
-                let item = sys::list_next(it) as *const sys::job_record_t;
-                let Some(job) = Job::from_ptr(item) else { break };
+            for item in ListWalk::new(list) {
+                let Some(job) = Job::from_ptr(item as *const sys::job_record_t) else { break };
                 f(job);
             }
-            sys::list_iterator_destroy(it);
         }
     }
 
@@ -346,6 +343,40 @@ impl Slurmctld {
     pub fn queue_scheduler(&self) {
         // SAFETY: queue_job_scheduler only sets a flag under its own mutex.
         unsafe { (self.queue_scheduler)() };
+    }
+}
+
+/// A walk over a Slurm list, item by item. The iterator is destroyed when
+/// the walk drops, a panic in the middle of it included: Slurm links each
+/// iterator into its list, and one never destroyed stays linked (and
+/// allocated) for the list's life.
+pub(crate) struct ListWalk {
+    it: sys::SlurmListIterator,
+}
+
+impl ListWalk {
+    /// # Safety
+    /// `list` must be a valid Slurm list that stays valid, and is changed
+    /// by no other thread (its owner's lock held), while the walk lives.
+    pub(crate) unsafe fn new(list: sys::SlurmList) -> ListWalk {
+        // SAFETY: as the caller guarantees.
+        ListWalk { it: unsafe { sys::list_iterator_create(list) } }
+    }
+}
+
+impl Iterator for ListWalk {
+    type Item = *mut c_void;
+    fn next(&mut self) -> Option<*mut c_void> {
+        // SAFETY: `it` is a live iterator over a list kept valid for the walk (new's contract).
+        let item = unsafe { sys::list_next(self.it) };
+        (!item.is_null()).then_some(item)
+    }
+}
+
+impl Drop for ListWalk {
+    fn drop(&mut self) {
+        // SAFETY: `it` came from list_iterator_create and is destroyed once, here.
+        unsafe { sys::list_iterator_destroy(self.it) };
     }
 }
 
@@ -412,13 +443,10 @@ impl Locked<'_> {
             if list.is_null() {
                 return;
             }
-            let it = sys::list_iterator_create(list);
-            loop {
-                let item = sys::list_next(it) as *mut sys::job_record_t;
-                let Some(mut job) = JobMut::from_ptr(item) else { break };
+            for item in ListWalk::new(list) {
+                let Some(mut job) = JobMut::from_ptr(item as *mut sys::job_record_t) else { break };
                 f(&mut job);
             }
-            sys::list_iterator_destroy(it);
         }
     }
 

@@ -172,6 +172,7 @@ pub unsafe fn priority_set<P: PriorityPlugin>(instance: &Instance<P>, last_prio:
         let Some(p) = instance.load_full() else { return fallback };
         // SAFETY: slurmctld passes a valid job record and holds its job write lock for the duration of the call.
         let Some(job) = (unsafe { JobMut::from_ptr(job) }) else { return fallback };
+        crate::fault::inject("priority_set");
         p.set_priority(last_prio, job)
     })
 }
@@ -212,6 +213,7 @@ pub unsafe fn jobcomp_log_record<P: JobCompPlugin>(instance: &Instance<P>, job: 
         let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
         // SAFETY: as the caller guarantees.
         let Some(job) = (unsafe { Job::from_ptr(job) }) else { return sys::SLURM_SUCCESS };
+        crate::fault::inject("run_ended");
         p.run_ended(job);
         sys::SLURM_SUCCESS
     })
@@ -229,13 +231,10 @@ unsafe fn u32_list(list: sys::SlurmList) -> Option<Vec<u32>> {
     let mut out = Vec::new();
     // SAFETY: as the caller guarantees; the request outlives this call.
     unsafe {
-        let it = sys::list_iterator_create(list);
-        loop {
-            let item = sys::list_next(it) as *const u32;
-            let Some(v) = item.as_ref() else { break };
+        for item in crate::ctld::ListWalk::new(list) {
+            let Some(v) = (item as *const u32).as_ref() else { break };
             out.push(*v);
         }
-        sys::list_iterator_destroy(it);
     }
     Some(out)
 }
@@ -352,25 +351,62 @@ pub unsafe fn priority_factors_list<P: PriorityPlugin>(instance: &Instance<P>) -
     })
 }
 
+/// The comment a submission gets when allot's check could not run: the
+/// unallocated contract (free, never protected, preemptible by any
+/// allocated job), which no budget needs to grant.
+pub const UNCHECKED_COMMENT: &str = "min_runtime=0 priority=normal";
+
 /// Body of `job_submit`.
+///
+/// Fails safe, never open: if the check cannot run (allot's code panics,
+/// the plugin is not loaded), the job is neither refused (a broken plugin
+/// must not stop every submission) nor accepted as it asked (it would run
+/// protected and uncharged on whatever account it named): it is accepted
+/// unallocated, [`UNCHECKED_COMMENT`], and sbatch tells the user why. Only
+/// if even that cannot be written is the job refused.
 ///
 /// # Safety
 /// Only from the exported symbol: the arguments are what slurmctld passes
 /// (see the `SAFETY` comments on each use).
 pub unsafe fn job_submit<P: JobSubmitPlugin>(instance: &Instance<P>, desc: *mut sys::job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
-    // Accept on failure: a broken plugin must not stop every submission.
-    guard("job_submit", sys::SLURM_SUCCESS, || {
-        let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
+    let checked = guard("job_submit", None, || {
+        let p = instance.load_full()?;
         // SAFETY: slurmctld passes the request it is validating, valid for the call.
-        let Some(mut desc) = (unsafe { JobDesc::from_ptr(desc) }) else { return sys::SLURM_SUCCESS };
-        match p.submit(&mut desc, submit_uid) {
+        let mut desc = unsafe { JobDesc::from_ptr(desc) }?;
+        crate::fault::inject("job_submit");
+        Some(match p.submit(&mut desc, submit_uid) {
             Ok(()) => sys::SLURM_SUCCESS,
             Err(refusal) => {
                 // SAFETY: err_msg is job_submit's out-parameter for the user's message.
                 unsafe { set_out_string(err_msg, &refusal.message) };
                 refusal.code
             }
-        }
+        })
+    });
+    match checked {
+        Some(rc) => rc,
+        // SAFETY: as the caller guarantees.
+        None => unsafe { submit_unchecked(desc, submit_uid, err_msg) },
+    }
+}
+
+/// [`job_submit`]'s answer when the check could not run: the job as
+/// [`UNCHECKED_COMMENT`], and a message saying so; a refusal if even that fails.
+///
+/// # Safety
+/// As for [`job_submit`].
+unsafe fn submit_unchecked(desc: *mut sys::job_desc_msg_t, submit_uid: u32, err_msg: *mut *mut c_char) -> c_int {
+    guard("job_submit (accepting as unallocated)", sys::SLURM_ERROR, || {
+        // SAFETY: as the caller guarantees.
+        let Some(mut desc) = (unsafe { JobDesc::from_ptr(desc) }) else { return sys::SLURM_ERROR };
+        desc.set_comment(UNCHECKED_COMMENT);
+        log::error!("job_submit: allot could not check a submission by uid {submit_uid} (see above): accepted unallocated ({UNCHECKED_COMMENT}), never charged nor protected");
+        let message = format!(
+            "allot: the budget check failed inside slurmctld (an internal error, logged for the admins), so this job was accepted unallocated: its comment is now '{UNCHECKED_COMMENT}' (free, never protected, preemptible by any allocated job). Cancel and submit it again later for a protected, charged run."
+        );
+        // SAFETY: err_msg is job_submit's out-parameter for the user's message (sbatch prints it on success too).
+        unsafe { set_out_string(err_msg, &message) };
+        sys::SLURM_SUCCESS
     })
 }
 
@@ -397,7 +433,11 @@ pub unsafe fn job_modify<P: JobSubmitPlugin>(
     rc
 }
 
-/// [`job_modify`]'s check itself.
+/// [`job_modify`]'s check itself. If it cannot run (allot's code panics,
+/// the plugin is not loaded), an update of what allot checks (the comment,
+/// the account, the partition, the GPU, node or task counts) is refused,
+/// saying why; any other update (a hold, a release, a time limit) goes
+/// through, so that admins can still act on their queue.
 ///
 /// # Safety
 /// As for [`job_modify`].
@@ -408,13 +448,12 @@ unsafe fn job_modify_checked<P: JobSubmitPlugin>(
     submit_uid: u32,
     err_msg: *mut *mut c_char,
 ) -> c_int {
-    guard("job_modify", sys::SLURM_SUCCESS, || {
-        let Some(p) = instance.load_full() else { return sys::SLURM_SUCCESS };
+    let checked = guard("job_modify", None, || {
+        let p = instance.load_full()?;
         // SAFETY: slurmctld passes the update request and the job record it applies to, holding the job write lock.
-        let (Some(mut desc), Some(job)) = (unsafe { JobDesc::from_ptr(desc) }, unsafe { Job::from_ptr(job) }) else {
-            return sys::SLURM_SUCCESS;
-        };
-        match p.modify(&mut desc, job, submit_uid) {
+        let (mut desc, job) = (unsafe { JobDesc::from_ptr(desc) }?, unsafe { Job::from_ptr(job) }?);
+        crate::fault::inject("job_modify");
+        Some(match p.modify(&mut desc, job, submit_uid) {
             Ok(()) => sys::SLURM_SUCCESS,
             Err(refusal) => {
                 log::info!("refused update of JobId={}: {}", job.id(), refusal.message);
@@ -422,7 +461,36 @@ unsafe fn job_modify_checked<P: JobSubmitPlugin>(
                 unsafe { set_out_string(err_msg, &refusal.message) };
                 refusal.code
             }
+        })
+    });
+    match checked {
+        Some(rc) => rc,
+        // SAFETY: as the caller guarantees.
+        None => unsafe { modify_unchecked(desc, job, err_msg) },
+    }
+}
+
+/// [`job_modify_checked`]'s answer when the check could not run.
+///
+/// # Safety
+/// As for [`job_modify`].
+unsafe fn modify_unchecked(desc: *mut sys::job_desc_msg_t, job: *mut sys::job_record_t, err_msg: *mut *mut c_char) -> c_int {
+    guard("job_modify (unchecked update)", sys::SLURM_ERROR, || {
+        // SAFETY: as the caller guarantees.
+        let (Some(desc), Some(job)) = (unsafe { JobDesc::from_ptr(desc) }, unsafe { Job::from_ptr(job) }) else { return sys::SLURM_ERROR };
+        let touches =
+            !matches!(desc.comment(), Ok(None)) || !matches!(desc.account(), Ok(None)) || !matches!(desc.partition(), Ok(None)) || desc.changes_gpu_request();
+        if !touches {
+            return sys::SLURM_SUCCESS;
         }
+        log::error!("job_modify: allot could not check an update of JobId={} (see above): refused", job.id());
+        let message = format!(
+            "allot: JobId={}: the budget check failed inside slurmctld (an internal error, logged for the admins), so this update of its contract, account, partition or size is refused; try again later",
+            job.id()
+        );
+        // SAFETY: err_msg is NULL (22.05) or job_modify's out-parameter for the user's message (24.11).
+        unsafe { set_out_string(err_msg, &message) };
+        sys::SLURM_ERROR
     })
 }
 
@@ -449,6 +517,7 @@ pub unsafe fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *
         // A guard load takes no reference count, unlike load_full.
         let loaded = instance.load();
         let Some(p) = loaded.as_deref() else { return false };
+        crate::fault::inject("preemptable");
         p.preemptable(preemptee, preemptor)
     })
 }

@@ -367,17 +367,14 @@ unsafe fn gpu_states_sum(list: sys::SlurmList, count: impl Fn(&sys::gres_job_sta
     let mut total: u64 = 0;
     // SAFETY: as the caller guarantees; iterating the list under the job lock is how slurmctld reads it.
     unsafe {
-        let it = sys::list_iterator_create(list);
-        loop {
-            let item = sys::list_next(it) as *const sys::gres_state_t;
-            let Some(state) = item.as_ref() else { break };
+        for item in crate::ctld::ListWalk::new(list) {
+            let Some(state) = (item as *const sys::gres_state_t).as_ref() else { break };
             if borrowed_str(state.gres_name) == Some("gpu") {
                 if let Some(job_state) = (state.gres_data as *const sys::gres_job_state_t).as_ref() {
                     total = total.saturating_add(count(job_state));
                 }
             }
         }
-        sys::list_iterator_destroy(it);
     }
     total
 }

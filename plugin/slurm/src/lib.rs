@@ -24,6 +24,7 @@
 pub mod config;
 pub mod ctld;
 pub mod export;
+pub mod fault;
 pub mod guard;
 pub mod handoff;
 pub mod job;

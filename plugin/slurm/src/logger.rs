@@ -45,7 +45,8 @@ impl log::Log for SlurmLogger {
             log::Level::Warn => format!("{}: warning: {}", self.prefix, record.args()),
             _ => format!("{}: {}", self.prefix, record.args()),
         };
-        let Ok(text) = CString::new(text.replace('\0', " ")) else { return };
+        let text = crate::strings::log_line(&text, crate::strings::LOG_LINE_MAX);
+        let Ok(text) = CString::new(text) else { return };
         if record.level() == log::Level::Error {
             // error() adds Slurm's "error: " prefix, as Slurm's own plugins show.
             // SAFETY: "%s" with one valid C string argument.

@@ -37,6 +37,33 @@ pub unsafe fn borrowed_text<'a>(ptr: *const c_char) -> Result<Option<&'a str>, V
     c.to_str().map(Some).map_err(|_| c.to_bytes().to_vec())
 }
 
+/// The most bytes of one log line allot writes: a user's words quoted in
+/// a refusal (a 1 MB comment, twenty times over) must not fill the
+/// controller's disk, nor hold its job lock while they are written.
+pub const LOG_LINE_MAX: usize = 2048;
+
+/// `text` made safe for one log line: control characters (a terminal's
+/// escapes among them; NUL, which C cannot carry) written as `\u{..}`
+/// escapes, and at most `max` bytes of it kept, with how much was left
+/// out said at the end.
+pub fn log_line(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max) + 32);
+    let mut rest = text.char_indices();
+    for (i, c) in rest.by_ref() {
+        let piece_len = if c.is_control() && c != '\t' { c.escape_unicode().len() } else { c.len_utf8() };
+        if out.len() + piece_len > max {
+            out.push_str(&format!("... [{} more bytes not logged]", text.len() - i));
+            return out;
+        }
+        if c.is_control() && c != '\t' {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A copy of `text` in memory from Slurm's allocator (interior NULs, which
 /// C cannot carry, become spaces).
 pub fn slurm_strdup(text: &str) -> *mut c_char {
@@ -73,4 +100,22 @@ pub unsafe fn set_out_string(out: *mut *mut c_char, text: &str) {
     }
     // SAFETY: `out` points to a `char *` slot whose current string, if any, is Slurm-allocated and owned by the slot (the caller's guarantee).
     unsafe { replace_slurm_string(&mut *out, text) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_line;
+
+    #[test]
+    fn a_log_line_is_bounded_and_shows_no_control_character() {
+        assert_eq!(log_line("plain text", 100), "plain text");
+        let long = "x".repeat(1 << 20);
+        let line = log_line(&format!("refused: {long}"), 64);
+        assert!(line.len() <= 64 + 40, "{}", line.len());
+        assert!(line.ends_with(&format!("... [{} more bytes not logged]", (1 << 20) + 9 - 64)), "{line}");
+        assert_eq!(log_line("a\u{1b}[31mred\u{7}\0", 100), "a\\u{1b}[31mred\\u{7}\\u{0}");
+        // Never cut inside a character.
+        let cut = log_line("ééééé", 5);
+        assert!(cut.starts_with("éé..."), "{cut}");
+    }
 }

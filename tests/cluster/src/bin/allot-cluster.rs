@@ -83,8 +83,12 @@ Environment:
   ALLOT_RUN_LOG=1   an EpilogSlurmctld that appends Slurm's record of every
                     run end (`scontrol show job -o`, times in Unix seconds,
                     and from 24.11 the run's own start and end) to
-                    DIR/log/run-ends.log: the reconciliation test's ground
-                    truth.
+                    DIR/log/run-ends.log (the server-ledger and failover
+                    tests' record of Slurm's runs).
+  ALLOT_INJECT_FAULT  allot's fault points armed in slurmctld, comma
+                    separated, each failing always or its first N times
+                    (`job_submit`, `priority_walk@2`): the hooks' fail-safe
+                    answers under test (tests/cluster/tests/faults.rs).
   ALLOT_LEDGER_URL  a server ledger (mysql://...): LedgerUrl in allot.conf
                     instead of LedgerPath=DIR/ledger.db. The server is the
                     caller's (the cluster tests start a private MariaDB).

@@ -121,6 +121,11 @@ impl LocalCluster {
         }
         c.args(argv);
         self.slurm_env(&mut c);
+        if name.starts_with("slurmctld") {
+            if let Ok(faults) = std::fs::read_to_string(self.etc().join("ctld-faults")) {
+                c.env("ALLOT_INJECT_FAULT", faults.trim());
+            }
+        }
         let log = OpenOptions::new().create(true).append(true).open(self.logs().join(format!("{name}.stderr"))).map_err(|e| format!("{name}'s log: {e}"))?;
         let log2 = log.try_clone().map_err(|e| e.to_string())?;
         c.stdin(Stdio::null()).stdout(log).stderr(log2);

@@ -86,6 +86,9 @@ pub struct Settings {
     /// Slurm's own PluginDir, as the daemons see it [ALLOT_SYSTEM_PLUGIN_DIR,
     /// else found].
     pub system_plugin_dir: Option<String>,
+    /// allot's fault points armed in slurmctld (allot_slurm::fault), e.g.
+    /// `job_submit` or `priority_walk@2` [ALLOT_INJECT_FAULT].
+    pub inject_fault: Option<String>,
 }
 
 impl Default for Settings {
@@ -108,6 +111,7 @@ impl Default for Settings {
             up_timeout: Duration::from_secs(30),
             plugins_target: None,
             system_plugin_dir: None,
+            inject_fault: None,
         }
     }
 }
@@ -163,6 +167,7 @@ impl Settings {
             up_timeout: Duration::from_secs(number("ALLOT_UP_TIMEOUT", 30, 1..=u64::MAX, "a number of seconds")?),
             plugins_target: var("CARGO_TARGET_DIR").map(PathBuf::from),
             system_plugin_dir: var("ALLOT_SYSTEM_PLUGIN_DIR"),
+            inject_fault: var("ALLOT_INJECT_FAULT"),
         })
     }
 }

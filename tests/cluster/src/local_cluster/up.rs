@@ -51,6 +51,11 @@ impl LocalCluster {
         };
         self.prepare_directory()?;
         self.write_config(s, &plugin_dir)?;
+        // Faults armed in slurmctld, for every start of it (restarts too).
+        if let Some(f) = &s.inject_fault {
+            let faults = self.etc().join("ctld-faults");
+            std::fs::write(&faults, f).map_err(|e| format!("{}: {e}", faults.display()))?;
+        }
         // From here on a failure stops whatever was started, then shows the logs.
         self.start_all(s).map_err(|e| {
             eprintln!("cluster: up failed; stopping the daemons");
