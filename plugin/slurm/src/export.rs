@@ -513,13 +513,24 @@ pub unsafe fn preemptable<P: PreemptPlugin>(instance: &Instance<P>, preemptee: *
     if !preemptee.is_running() {
         return false;
     }
-    guard("preempt_p_preemptable", false, || {
+    let answer = guard("preempt_p_preemptable", None, || {
         // A guard load takes no reference count, unlike load_full.
         let loaded = instance.load();
-        let Some(p) = loaded.as_deref() else { return false };
+        let p = loaded.as_deref()?;
         crate::fault::inject("preemptable");
-        p.preemptable(preemptee, preemptor)
-    })
+        Some(p.preemptable(preemptee, preemptor))
+    });
+    // If the policy cannot answer, free work stays free: an allocated job
+    // may still take an unallocated one's GPUs, and nothing else happens
+    // (allocated runs are never preempted unchecked).
+    answer.unwrap_or_else(|| guard("preempt_p_preemptable (unchecked)", false, || declares_unallocated(preemptee) && !declares_unallocated(preemptor)))
+}
+
+/// Whether a job's comment, as job_submit/allot wrote it back (its other
+/// words, then `min_runtime=D priority=P`), declares the unallocated
+/// contract: read without the policy, for [`preemptable`]'s fallback.
+fn declares_unallocated(job: Job<'_>) -> bool {
+    job.comment().is_some_and(|c| c.split_whitespace().rev().nth(1) == Some("min_runtime=0"))
 }
 
 /// Body of `preempt_p_get_data` (before 25.05).

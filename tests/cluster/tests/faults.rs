@@ -131,3 +131,24 @@ fn f4_a_refusal_quoting_a_huge_word_is_logged_bounded() {
     assert!(!out.status.success(), "{}", text(&out));
     assert!(!c.ctld_log().contains('\u{1b}'), "an escape byte reached slurmctld's log");
 }
+
+#[test]
+fn f5_a_failing_preemption_check_keeps_free_work_free_and_preempts_nothing_else() {
+    let c = TestCluster::start("fault-preempt", BUDGET, with_fault("preemptable"));
+    // Free work on the whole cluster: an allocated job still takes its GPUs.
+    let free = c.sbatch("carol", &["-N", "4", "--gres=gpu:8", "--requeue", "--comment=min_runtime=0", &sleep_job(300)]).unwrap();
+    c.wait_state(free, "RUNNING", secs(30));
+    let allocated = c.sbatch("alice", &["-N", "4", "--gres=gpu:8", "--comment=min_runtime=5s", &sleep_job(40)]).unwrap();
+    c.wait_state(allocated, "RUNNING", secs(60));
+    assert!(c.job(free).restarts() >= 1, "the free job was not preempted");
+    assert!(c.ctld_log().contains("fault injected at preemptable"), "the fault never fired");
+    // Past alice's minimum runtime, bob's team (which has used nothing)
+    // ranks above hers: the policy would preempt her. Unchecked, nothing
+    // allocated is preempted.
+    std::thread::sleep(secs(6));
+    let waiting = c.sbatch("bob", &["--gres=gpu:8", "--comment=min_runtime=5s", &sleep_job(5)]).unwrap();
+    std::thread::sleep(secs(15));
+    assert_eq!(c.job(allocated).restarts(), 0, "an allocated run was preempted while the check could not run");
+    assert_eq!(c.job(allocated).state(), "RUNNING");
+    assert_eq!(c.job(waiting).state(), "PENDING");
+}
