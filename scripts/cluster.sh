@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A real four-node Slurm cluster on this one machine, for allot's demo,
+# A real Slurm cluster of any size (four nodes by default) on this one machine, for allot's demo,
 # benchmarks and tests: the allot-cluster command (tests/cluster/src/bin,
 # over tests/cluster/src/local_cluster, which the cluster tests use as a
 # library). This wrapper builds it when it is missing or older than its

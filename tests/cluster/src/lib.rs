@@ -22,7 +22,7 @@ use allot_ledger::Ledger;
 pub mod local_cluster;
 mod proxy;
 mod release;
-pub use local_cluster::{LocalCluster, Plugins, Role, Settings};
+pub use local_cluster::{LocalCluster, Plugins, Role, Settings, Size};
 pub use proxy::SocketProxy;
 pub use release::Release;
 
@@ -86,6 +86,9 @@ pub struct Options {
     /// allot's fault points armed in slurmctld (scripts/cluster.sh
     /// ALLOT_INJECT_FAULT): `job_submit`, `priority_walk@2`, ...
     pub inject_fault: Option<&'static str>,
+    /// The cluster's size (scripts/cluster.sh ALLOT_NODES and the sizes
+    /// per node): four nodes of 8 GPUs, 32 CPUs and 64,000 MB by default.
+    pub size: Size,
 }
 
 impl Default for Options {
@@ -101,6 +104,7 @@ impl Default for Options {
             backup_ctld: false,
             cluster_name: "allot",
             inject_fault: None,
+            size: Size::default(),
         }
     }
 }
@@ -292,13 +296,15 @@ impl TestCluster {
             recompute_period: options.recompute_period,
             grace: options.grace,
             run_log: options.run_log,
-            small_job_nodes: options.small_job_nodes as u8,
+            small_job_nodes: options.small_job_nodes,
             cpu_only: options.cpu_only,
             accounting: options.accounting,
             backup_ctld: options.backup_ctld,
             ledger_url: cluster.is_on_server().then(|| cluster.ledger_url(true)),
             plugins_target: release.plugins.parent().map(Path::to_owned),
             inject_fault: options.inject_fault.map(str::to_owned),
+            size: options.size,
+            up_timeout: Duration::from_secs(30 + u64::from(options.size.nodes) / 4),
             ..Settings::default()
         };
         if let Err(e) = cluster.local().up(&settings) {

@@ -873,3 +873,31 @@ fn t16_a_cpu_only_cluster_shares_and_charges_cpus() {
     let report = c.allot(&["report"]);
     assert!(report.status.success() && text(&report).contains("CPU") && !text(&report).contains("GPU"), "the report speaks CPUs:\n{}", text(&report));
 }
+
+/// The harness brings up a cluster of any size (here 16 nodes of 4 GPUs,
+/// 16 CPUs and 32,000 MB), with the kept node the shipped rule gives, and
+/// the plugins order, place and charge on it as on four nodes.
+#[test]
+fn t17_a_cluster_of_any_size() {
+    let size = allot_cluster_tests::Size { nodes: 16, gpus_per_node: 4, cpus_per_node: 16, memory_per_node: 32000 };
+    let c = TestCluster::start("sized", BUDGET, Options { size, small_job_nodes: size.shipped_kept_nodes(), ..Options::default() });
+    let sinfo = |args: &[&str]| text(&c.slurm(None, "sinfo", args)).trim().to_owned();
+    assert_eq!(sinfo(&["-h", "-p", "gpu", "-o", "%D %G %c %m"]), "15 gpu:4 16 32000");
+    assert_eq!(sinfo(&["-h", "-p", "small", "-o", "%D"]), "16");
+    // A job on all 15 nodes of the default partition, and a 1-GPU job that
+    // only the kept node can take meanwhile.
+    let wide = c.sbatch("alice", &["-N", "15", "--gres=gpu:4", "--comment=min_runtime=5s", &sleep_job(4)]).unwrap();
+    let small = c.sbatch("bob", &["--gres=gpu:1", "--comment=min_runtime=5s", &sleep_job(2)]).unwrap();
+    c.wait_state(wide, "COMPLETED", secs(60));
+    c.wait_state(small, "COMPLETED", secs(60));
+    assert_eq!(c.job(small).get("Partition"), "small");
+    assert_eq!(c.job(small).nodes(), "n16");
+    let slurm: HashMap<u32, allot_cluster_tests::JobInfo> = c.jobs_epoch().into_iter().map(|j| (j.id, j)).collect();
+    c.wait_for("both runs in the ledger", secs(30), || [wide, small].iter().all(|&j| c.ledger().runs_of_job(j).unwrap().iter().any(|r| r.run_end.is_some())));
+    for (job, gpus) in [(wide, 60), (small, 1)] {
+        let runs = c.ledger().runs_of_job(job).unwrap();
+        let s = &slurm[&job];
+        let want = (s.get("StartTime").parse::<i64>().unwrap(), s.get("EndTime").parse::<i64>().unwrap(), gpus);
+        assert_eq!((runs[0].run_start, runs[0].run_end.unwrap(), runs[0].gpus), want, "job {job}: {runs:?}");
+    }
+}

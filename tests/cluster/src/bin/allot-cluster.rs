@@ -1,4 +1,4 @@
-//! `allot-cluster`: a real four-node Slurm cluster on this one machine, for
+//! `allot-cluster`: a real Slurm cluster of any size on this one machine, for
 //! allot's demo, benchmarks and tests (scripts/cluster.sh runs it; the
 //! tests use the same code as a library: allot_cluster_tests::LocalCluster).
 
@@ -9,10 +9,11 @@ use std::time::Duration;
 use allot_cluster_tests::{LocalCluster, Plugins, Release, Role, Settings};
 
 const USAGE: &str = "\
-A real four-node Slurm cluster on this one machine, for allot's demo and
+A real Slurm cluster on this one machine, for allot's demo, benchmarks and
 integration tests: its own munged, one slurmctld (or a primary and a
-backup: ALLOT_BACKUP_CTLD=1) and four slurmd (n1..n4, 8 fake GPUs each),
-everything under one directory. Slurm 22.05.8 (this host's, Debian 12's) by
+backup: ALLOT_BACKUP_CTLD=1) and one slurmd per node (four by default,
+n1..n4, 8 fake GPUs each; ALLOT_NODES and the sizes below), everything under
+one directory. Slurm 22.05.8 (this host's, Debian 12's) by
 default; 24.11.5 (Debian 13's) with ALLOT_SLURM_RELEASE=24.11, whose daemons
 and commands run chrooted into the Debian 13 root that
 scripts/install-deps.sh --slurm 24.11 makes (DIR must then lie inside that
@@ -34,7 +35,7 @@ up       creates DIR if needed, wipes its Slurm state, spool, logs and pids
          makes DIR/jobs (mode 1777: any user may submit from it and write
          job files there), writes
          DIR/etc/{slurm.conf,gres.conf,slurm-PLUGINS.conf,allot.conf} from
-         conf/, starts the daemons and waits until the four nodes are idle.
+         conf/, starts the daemons and waits until every node is idle.
          --plugins stock (default) uses Slurm's own plugins
          (conf/slurm-stock.conf); --plugins allot first installs allot's
          plugins from cargo's target/release into DIR/plugins
@@ -51,10 +52,18 @@ kill-ctld, start-ctld, in-control: see ALLOT_BACKUP_CTLD below.
 Environment:
   ALLOT_SLURM_RELEASE  22.05 (default), 24.11, or a site build of 25.05, 25.11
                     or 26.05 under its prefix (scripts/release.sh).
-  ALLOT_PORT_BASE   slurmctld listens on BASE, slurmd n1..n4 on BASE+1..BASE+4
+  ALLOT_NODES, ALLOT_GPUS_PER_NODE, ALLOT_CPUS_PER_NODE, ALLOT_MEMORY_PER_NODE
+                    the cluster's size: nodes (1-1024, default 4), and each
+                    node's GPUs (default 8), CPUs (32) and memory in MB
+                    (64000), as slurm.conf declares them. Each node is a
+                    slurmd of its own (about 6 MB of memory each; what each
+                    size costs on a 2-core machine: the book's 'Tests and
+                    benchmarks').
+  ALLOT_PORT_BASE   slurmctld listens on BASE, slurmd n1..nN on BASE+1..BASE+N
                     (default 17000). Two clusters need different DIRs and
-                    bases at least 5 apart (e.g. 17000 and 17100).
-  ALLOT_UP_TIMEOUT  seconds `up` waits for four idle nodes (default 30).
+                    bases at least N+3 apart (e.g. 17000 and 17200).
+  ALLOT_UP_TIMEOUT  seconds `up` waits for every node to be idle (default 30;
+                    more for a large cluster).
   ALLOT_CLUSTER_NAME  slurm.conf's ClusterName (default allot): the key of
                     this cluster's rows when several share one server
                     ledger (ALLOT_LEDGER_URL).
@@ -67,14 +76,15 @@ Environment:
                     are then ignored).
   ALLOT_CPU_ONLY=1  nodes without GPUs (32 CPUs, 64,000 MB each): a CPU-only
                     development cluster, for a budget with charge = \"cpus\".
-  ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (0-3) for small jobs:
-                    partition gpu (default) without them, partition small
-                    with all four, and SmallJobPartition=small in allot.conf
-                    (default 1, the shipped layout: one node per 100 or part
-                    of it; 0: one partition gpu of all four and
+  ALLOT_SMALL_JOB_NODES=K  keep the last K nodes (at most all but one) for
+                    small jobs: partition gpu (default) without them,
+                    partition small with every node, and
+                    SmallJobPartition=small in allot.conf (default the
+                    shipped layout: one node per 100 or part of it, so 1 of
+                    4 and 2 of 128; 0: one partition gpu of every node and
                     SmallJobPartition= empty).
   ALLOT_ACCOUNTING=1  Slurm's accounting too: a private MariaDB (port
-                    BASE+5) and slurmdbd (BASE+6) under DIR/db, started
+                    BASE+N+1) and slurmdbd (BASE+N+2) under DIR/db, started
                     before slurmctld, with AccountingStorageEnforce=
                     associations and gres/gpu in the recorded TRES; the
                     cluster is added to slurmdbd, its accounts and users

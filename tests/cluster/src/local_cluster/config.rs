@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::{LocalCluster, Result, Settings, NODES};
+use super::{node_range, LocalCluster, Result, Settings};
 use crate::repo;
 
 fn read(path: &Path) -> Result<String> {
@@ -87,14 +87,15 @@ impl LocalCluster {
             map_lines(&snippet, |l| if l.starts_with("SchedulerParameters=") { format!("#{l}") } else { l.to_owned() })
         );
         write(&etc.join(format!("slurm-{name}.conf")), &copy)?;
-        let kept = settings.small_job_nodes as usize;
+        let size = settings.size;
+        let kept = settings.small_job_nodes.min(size.nodes - 1);
         let partitions = if kept == 0 {
-            format!("PartitionName=gpu Nodes=n[1-{}] Default=YES MaxTime=INFINITE State=UP", NODES.len())
+            format!("PartitionName=gpu Nodes={} Default=YES MaxTime=INFINITE State=UP", size.node_list())
         } else {
             format!(
-                "PartitionName=gpu Nodes=n[1-{}] Default=YES MaxTime=INFINITE State=UP\nPartitionName=small Nodes=n[1-{}] MaxTime=INFINITE State=UP",
-                NODES.len() - kept,
-                NODES.len()
+                "PartitionName=gpu Nodes={} Default=YES MaxTime=INFINITE State=UP\nPartitionName=small Nodes={} MaxTime=INFINITE State=UP",
+                node_range(1, size.nodes - kept),
+                size.node_list()
             )
         };
         let base = settings.port_base;
@@ -104,7 +105,11 @@ impl LocalCluster {
             &[
                 ("DIR", inner.clone()),
                 ("CTLD_PORT", base.to_string()),
-                ("NODE_PORTS", format!("[{}-{}]", base + 1, base + NODES.len() as u16)),
+                ("NODES", size.node_list()),
+                ("NODE_PORTS", if size.nodes == 1 { (base + 1).to_string() } else { format!("[{}-{}]", base + 1, base + size.nodes as u16) }),
+                ("NODE_CPUS", size.cpus_per_node.to_string()),
+                ("NODE_MEMORY", size.memory_per_node.to_string()),
+                ("NODE_GPUS", size.gpus_per_node.to_string()),
                 ("PLUGIN_DIR", plugin_dir.to_owned()),
                 ("PLUGINS", name.to_owned()),
                 ("PARTITIONS", partitions),
@@ -114,7 +119,9 @@ impl LocalCluster {
             ],
         )
         .map_err(|e| format!("{} in {}", e, self.conf().display()))?;
-        let mut gres = render(&read(&repo().join("conf/cluster/gres.conf.in"))?, &[("DIR", inner.clone())])?;
+        let gpu_files = if size.gpus_per_node == 1 { "nvidia0".to_owned() } else { format!("nvidia[0-{}]", size.gpus_per_node - 1) };
+        let mut gres =
+            render(&read(&repo().join("conf/cluster/gres.conf.in"))?, &[("DIR", inner.clone()), ("NODES", size.node_list()), ("GPU_FILES", gpu_files)])?;
         if settings.cpu_only {
             // A CPU-only cluster: no GPU GRES at all (the partition keeps its name).
             conf = map_lines(&conf, |l| {
@@ -173,12 +180,13 @@ impl LocalCluster {
             allot = set_key(&allot, "GraceTime", &settings.grace.to_string())?;
         }
         if settings.accounting {
-            conf = self.accounting_conf(&conf, base)?;
+            conf = self.accounting_conf(&conf, settings.db_port(), settings.dbd_port())?;
         }
         if settings.backup_ctld {
             conf = self.backup_ctld_conf(&conf, settings.ctld_timeout)?;
         }
         write(&self.conf(), &conf)?;
+        write(&etc.join("size"), &size.record())?;
         write(&etc.join("gres.conf"), &gres)?;
         write(&etc.join("allot.conf"), &allot)
     }
@@ -188,7 +196,7 @@ impl LocalCluster {
     /// mode 0600 and owned by SlurmUser (root here). The private munged's
     /// socket is named twice in slurm.conf: connections to slurmdbd take
     /// their munge options from AccountingStoragePass, not AuthInfo.
-    fn accounting_conf(&self, conf: &str, base: u16) -> Result<String> {
+    fn accounting_conf(&self, conf: &str, db: u16, dbd: u16) -> Result<String> {
         let inner = self.inner.display();
         std::fs::create_dir_all(self.dir.join("db")).map_err(|e| e.to_string())?;
         let mut conf = map_lines(conf, |l| {
@@ -209,8 +217,7 @@ AccountingStoragePort={dbd}
 AccountingStoragePass=socket={inner}/munge/run/munge.socket.2
 AccountingStorageEnforce=associations
 AccountingStorageTRES=gres/gpu
-",
-            dbd = base + 6
+"
         ));
         let dbd_conf = format!(
             "# slurmdbd.conf of allot's test cluster (scripts/cluster.sh, ALLOT_ACCOUNTING=1)
@@ -228,9 +235,7 @@ StorageLoc=slurm_acct_db
 PidFile={inner}/run/slurmdbd.pid
 LogFile={inner}/log/slurmdbd.log
 DebugLevel=info
-",
-            dbd = base + 6,
-            db = base + 5
+"
         );
         let path = self.etc().join("slurmdbd.conf");
         // Never readable by others, not even for a moment.

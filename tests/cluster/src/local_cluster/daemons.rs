@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use super::{say, LocalCluster, Result, NODES};
+use super::{say, LocalCluster, Result};
 
 /// The command name daemon `name` runs under; None for a name we do not know.
 fn expected_comm(name: &str) -> Option<&'static str> {
@@ -95,7 +95,7 @@ impl LocalCluster {
         if self.has_backup_ctld() {
             names.push("slurmctld-backup".to_owned());
         }
-        names.extend(NODES.iter().map(|n| format!("slurmd-{n}")));
+        names.extend(self.size().node_names().iter().map(|n| format!("slurmd-{n}")));
         names
     }
 

@@ -25,12 +25,7 @@ use std::time::{Duration, Instant};
 
 pub use crate::release::Release;
 pub use controllers::Role;
-pub use settings::{Plugins, Settings};
-
-/// The nodes, each a slurmd of its own on this host.
-pub const NODES: [&str; 4] = ["n1", "n2", "n3", "n4"];
-/// Fake GPUs per node (character devices cloned from /dev/null).
-pub const GPUS_PER_NODE: u32 = 8;
+pub use settings::{node_range, Plugins, Settings, Size};
 
 /// What went wrong, in words for whoever started the cluster.
 pub type Result<T> = std::result::Result<T, String>;
@@ -211,11 +206,17 @@ impl LocalCluster {
     }
 
     fn nodes_idle(&self) -> bool {
-        self.nodes_in(&["idle"]) == NODES.len()
+        self.nodes_in(&["idle"]) == self.size().nodes as usize
     }
 
     fn nodes_responding(&self) -> bool {
-        self.nodes_in(&["idle", "mix", "alloc", "comp"]) == NODES.len()
+        self.nodes_in(&["idle", "mix", "alloc", "comp"]) == self.size().nodes as usize
+    }
+
+    /// The size `up` gave the cluster (DIR/etc/size), else the default
+    /// four nodes: what `down`, the restarts and the checks count on.
+    pub fn size(&self) -> Size {
+        std::fs::read_to_string(self.etc().join("size")).ok().and_then(|t| Size::parse_record(&t)).unwrap_or_default()
     }
 
     fn scontrol_pings(&self) -> bool {

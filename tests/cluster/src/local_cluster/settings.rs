@@ -43,9 +43,15 @@ impl Plugins {
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub plugins: Plugins,
-    /// slurmctld listens on it, slurmd n1..n4 on the next four; accounting
-    /// takes base+5 (MariaDB) and base+6 (slurmdbd) [ALLOT_PORT_BASE, 17000].
+    /// slurmctld listens on it, slurmd n1..nN on the next N; accounting
+    /// takes base+N+1 (MariaDB) and base+N+2 (slurmdbd): 5 and 6 with four
+    /// nodes [ALLOT_PORT_BASE, 17000].
     pub port_base: u16,
+    /// The cluster's size: nodes, and each node's GPUs, CPUs and memory
+    /// (MB) as slurm.conf declares them [ALLOT_NODES 4,
+    /// ALLOT_GPUS_PER_NODE 8, ALLOT_CPUS_PER_NODE 32, ALLOT_MEMORY_PER_NODE
+    /// 64000]. Each node is a slurmd of its own on this host.
+    pub size: Size,
     /// slurm.conf's ClusterName: the key of this cluster's rows when several
     /// share one server ledger [ALLOT_CLUSTER_NAME, allot].
     pub cluster_name: String,
@@ -59,10 +65,12 @@ pub struct Settings {
     pub shipped: bool,
     /// Nodes without GPUs, for a budget with charge = "cpus" [ALLOT_CPU_ONLY=1].
     pub cpu_only: bool,
-    /// The last K nodes (0-3) kept for small jobs: partition gpu without
-    /// them, partition small with all four, SmallJobPartition=small
-    /// [ALLOT_SMALL_JOB_NODES, 1: the shipped layout].
-    pub small_job_nodes: u8,
+    /// The last K nodes kept for small jobs: partition gpu without them,
+    /// partition small with all of them, SmallJobPartition=small
+    /// [ALLOT_SMALL_JOB_NODES, default the shipped rule: one node per 100
+    /// or part of it, none on a one-node cluster ([`Size::shipped_kept_nodes`]),
+    /// 1 with four nodes; at most all but one].
+    pub small_job_nodes: u32,
     /// Slurm's accounting: a private MariaDB and slurmdbd under DIR/db
     /// [ALLOT_ACCOUNTING=1].
     pub accounting: bool,
@@ -96,6 +104,7 @@ impl Default for Settings {
         Settings {
             plugins: Plugins::Stock,
             port_base: 17000,
+            size: Size::default(),
             cluster_name: "allot".into(),
             recompute_period: 2,
             grace: 5,
@@ -113,6 +122,92 @@ impl Default for Settings {
             system_plugin_dir: None,
             inject_fault: None,
         }
+    }
+}
+
+impl Settings {
+    /// The accounting ports, after the nodes': MariaDB's and slurmdbd's.
+    pub fn db_port(&self) -> u16 {
+        self.port_base + self.size.nodes as u16 + 1
+    }
+    pub fn dbd_port(&self) -> u16 {
+        self.port_base + self.size.nodes as u16 + 2
+    }
+}
+
+/// A cluster's size (see [`Settings::size`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Size {
+    pub nodes: u32,
+    pub gpus_per_node: u32,
+    pub cpus_per_node: u32,
+    /// Megabytes.
+    pub memory_per_node: u64,
+}
+
+impl Default for Size {
+    fn default() -> Size {
+        Size { nodes: 4, gpus_per_node: 8, cpus_per_node: 32, memory_per_node: 64000 }
+    }
+}
+
+impl Size {
+    /// The most nodes a cluster may have here (one port and one slurmd each).
+    pub const MAX_NODES: u32 = 1024;
+
+    /// The node names, n1..nN.
+    pub fn node_names(&self) -> Vec<String> {
+        (1..=self.nodes).map(|i| format!("n{i}")).collect()
+    }
+
+    /// Every node in Slurm's host-list form: `n[1-N]` (`n1` for one).
+    pub fn node_list(&self) -> String {
+        node_range(1, self.nodes)
+    }
+
+    /// The nodes kept for small jobs by the shipped rule (conf/allot.conf,
+    /// the admin guide's "Debug jobs under overload"): one node per 100 or
+    /// part of it, none on a one-node cluster.
+    pub fn shipped_kept_nodes(&self) -> u32 {
+        if self.nodes <= 1 {
+            0
+        } else {
+            self.nodes.div_ceil(100)
+        }
+    }
+
+    pub fn gpus(&self) -> u32 {
+        self.nodes * self.gpus_per_node
+    }
+
+    /// The size as `up` records it in DIR/etc/size for the later steps.
+    pub fn record(&self) -> String {
+        format!("nodes={} gpus_per_node={} cpus_per_node={} memory_per_node={}\n", self.nodes, self.gpus_per_node, self.cpus_per_node, self.memory_per_node)
+    }
+
+    /// A size from [`Size::record`]'s text.
+    pub fn parse_record(text: &str) -> Option<Size> {
+        let mut size = Size::default();
+        for word in text.split_whitespace() {
+            let (key, value) = word.split_once('=')?;
+            match key {
+                "nodes" => size.nodes = value.parse().ok()?,
+                "gpus_per_node" => size.gpus_per_node = value.parse().ok()?,
+                "cpus_per_node" => size.cpus_per_node = value.parse().ok()?,
+                "memory_per_node" => size.memory_per_node = value.parse().ok()?,
+                _ => return None,
+            }
+        }
+        Some(size)
+    }
+}
+
+/// Nodes `first..=last` in Slurm's host-list form.
+pub fn node_range(first: u32, last: u32) -> String {
+    if first == last {
+        format!("n{first}")
+    } else {
+        format!("n[{first}-{last}]")
     }
 }
 
@@ -149,15 +244,31 @@ impl Settings {
         if !name_ok {
             return Err(format!("ALLOT_CLUSTER_NAME must be a lower-case name (letters, digits, _ and -, at most 40), got '{cluster_name}'"));
         }
+        let size = Size {
+            nodes: number("ALLOT_NODES", d.size.nodes, 1..=Size::MAX_NODES, &format!("a number of nodes, 1 to {}", Size::MAX_NODES))?,
+            gpus_per_node: number("ALLOT_GPUS_PER_NODE", d.size.gpus_per_node, 1..=64, "a number of GPUs, 1 to 64")?,
+            cpus_per_node: number("ALLOT_CPUS_PER_NODE", d.size.cpus_per_node, 1..=4096, "a number of CPUs, 1 to 4096")?,
+            memory_per_node: number("ALLOT_MEMORY_PER_NODE", d.size.memory_per_node, 1000..=1 << 24, "megabytes, 1000 to 16777216")?,
+        };
+        let port_base = number("ALLOT_PORT_BASE", d.port_base, 1024..=65530, "a number in 1024..65530")?;
+        if u32::from(port_base) + size.nodes + 2 > 65535 {
+            return Err(format!("ALLOT_NODES={}: the nodes' ports do not fit above ALLOT_PORT_BASE={port_base}", size.nodes));
+        }
         Ok(Settings {
             plugins,
-            port_base: number("ALLOT_PORT_BASE", d.port_base, 1024..=65530, "a number in 1024..65530")?,
+            port_base,
+            size,
             cluster_name,
             recompute_period: number("ALLOT_RECOMPUTE_PERIOD", d.recompute_period, 1..=u32::MAX, "a number of seconds")?,
             grace: number("ALLOT_GRACE_TIME", d.grace, 0..=u32::MAX, "a number of seconds")?,
             shipped: flag("ALLOT_SHIPPED_SETTINGS")?,
             cpu_only: flag("ALLOT_CPU_ONLY")?,
-            small_job_nodes: number("ALLOT_SMALL_JOB_NODES", d.small_job_nodes, 0..=3, "0 to 3")?,
+            small_job_nodes: number(
+                "ALLOT_SMALL_JOB_NODES",
+                size.shipped_kept_nodes(),
+                0..=size.nodes - 1,
+                &format!("0 to {} (all but one of ALLOT_NODES={})", size.nodes - 1, size.nodes),
+            )?,
             accounting: flag("ALLOT_ACCOUNTING")?,
             run_log: flag("ALLOT_RUN_LOG")?,
             ledger_url: var("ALLOT_LEDGER_URL"),
@@ -169,5 +280,20 @@ impl Settings {
             system_plugin_dir: var("ALLOT_SYSTEM_PLUGIN_DIR"),
             inject_fault: var("ALLOT_INJECT_FAULT"),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_kept_nodes_follow_the_shipped_rule_and_a_size_round_trips() {
+        let size = |nodes| Size { nodes, ..Size::default() };
+        assert_eq!([1, 2, 4, 16, 100, 101, 128, 1024].map(|n| size(n).shipped_kept_nodes()), [0, 1, 1, 1, 1, 2, 2, 11]);
+        assert_eq!((size(1).node_list(), size(128).node_list()), ("n1".to_owned(), "n[1-128]".to_owned()));
+        let s = Size { nodes: 128, gpus_per_node: 4, cpus_per_node: 64, memory_per_node: 512000 };
+        assert_eq!(Size::parse_record(&s.record()), Some(s));
+        assert_eq!(Size::parse_record("nodes=x"), None);
     }
 }

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::config::set_mode;
-use super::{host_has, mkdir, port_in_use, say, LocalCluster, Plugins, Result, Role, Settings, GPUS_PER_NODE, NODES};
+use super::{host_has, mkdir, port_in_use, say, LocalCluster, Plugins, Result, Role, Settings};
 use crate::repo;
 
 impl LocalCluster {
@@ -49,7 +49,7 @@ impl LocalCluster {
                 system_plugin_dir
             }
         };
-        self.prepare_directory()?;
+        self.prepare_directory(s)?;
         self.write_config(s, &plugin_dir)?;
         // Faults armed in slurmctld, for every start of it (restarts too).
         if let Some(f) = &s.inject_fault {
@@ -64,7 +64,7 @@ impl LocalCluster {
         })?;
         let mut with = String::new();
         if s.accounting {
-            with = format!(", slurmdbd on port {}, MariaDB on {}", s.port_base + 6, s.port_base + 5);
+            with = format!(", slurmdbd on port {}, MariaDB on {}", s.dbd_port(), s.db_port());
         }
         let ctlds = if s.backup_ctld {
             format!("slurmctld ctl1 (127.0.0.1, primary) and ctl2 (127.0.0.2, backup) on port {}, SlurmctldTimeout={}", s.port_base, s.ctld_timeout)
@@ -73,7 +73,7 @@ impl LocalCluster {
         };
         let root = self.release.root.as_ref().map(|r| format!(" (in {})", r.display())).unwrap_or_default();
         Ok(format!(
-            "up: {} with {} plugins, Slurm {}{root}{with}, {ctlds}, nodes {} on {}-{}, {}x{GPUS_PER_NODE} GPUs, in {} ms",
+            "up: {} with {} plugins, Slurm {}{root}{with}, {ctlds}, nodes {} on {}-{}, {}x{} GPUs, in {} ms",
             self.dir.display(),
             match s.plugins {
                 Plugins::Stock => "stock",
@@ -81,10 +81,11 @@ impl LocalCluster {
                 Plugins::Installed => "installed",
             },
             self.release.version,
-            NODES.join(" "),
+            if s.size.nodes <= 8 { s.size.node_names().join(" ") } else { s.size.node_list() },
             s.port_base + 1,
-            s.port_base + NODES.len() as u16,
-            NODES.len(),
+            s.port_base + s.size.nodes as u16,
+            s.size.nodes,
+            s.size.gpus_per_node,
             started.elapsed().as_millis()
         ))
     }
@@ -132,7 +133,7 @@ impl LocalCluster {
                 return Err(format!("port {} is in use on 127.0.0.2 (another cluster? set ALLOT_PORT_BASE)", s.port_base));
             }
         }
-        let last = s.port_base + NODES.len() as u16 + if s.accounting { 2 } else { 0 };
+        let last = s.port_base + s.size.nodes as u16 + if s.accounting { 2 } else { 0 };
         for port in s.port_base..=last {
             if port_in_use(port, [127, 0, 0, 1]) {
                 return Err(format!("port {port} is in use (another cluster? set ALLOT_PORT_BASE)"));
@@ -226,7 +227,7 @@ impl LocalCluster {
     /// Fresh Slurm state each time (job ids restart at 1), keeping plugins,
     /// the munge key and allot's ledger; the job directory, munge's
     /// directories and the fake GPUs.
-    fn prepare_directory(&self) -> Result<()> {
+    fn prepare_directory(&self, s: &Settings) -> Result<()> {
         for d in ["state", "spool", "run", "tmp", "log", "pids", "etc", "munge/run", "db"] {
             let p = self.dir.join(d);
             if p.exists() {
@@ -236,7 +237,7 @@ impl LocalCluster {
         for d in ["state", "run", "tmp", "log", "pids", "etc", "dev"] {
             mkdir(&self.dir.join(d))?;
         }
-        for n in NODES {
+        for n in s.size.node_names() {
             mkdir(&self.dir.join("spool").join(n))?;
         }
         // Jobs of ordinary users (e.g. nobody) run scripts slurmstepd writes
@@ -267,7 +268,7 @@ impl LocalCluster {
         set_mode(&key, 0o600)?;
         // Fake GPUs: /dev/null clones (character devices, which slurmd requires).
         use std::os::unix::fs::FileTypeExt;
-        for i in 0..GPUS_PER_NODE {
+        for i in 0..s.size.gpus_per_node {
             let dev = self.dir.join(format!("dev/nvidia{i}"));
             if !std::fs::metadata(&dev).is_ok_and(|m| m.file_type().is_char_device()) {
                 nix::sys::stat::mknod(&dev, nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::from_bits_truncate(0o666), nix::sys::stat::makedev(1, 3))
@@ -313,15 +314,15 @@ impl LocalCluster {
             })?;
         }
         let conf = self.slurm_conf().display().to_string();
-        for n in NODES {
-            self.start_daemon(&format!("slurmd-{n}"), false, &["slurmd".into(), "-D".into(), "-N".into(), n.into(), "-f".into(), conf.clone()])?;
+        for n in s.size.node_names() {
+            self.start_daemon(&format!("slurmd-{n}"), false, &["slurmd".into(), "-D".into(), "-N".into(), n.clone(), "-f".into(), conf.clone()])?;
         }
         for name in self.daemon_names() {
             if self.live_pid(&name).is_none() {
                 return Err(format!("{name} exited right after starting (or was forked away from its recorded pid)"));
             }
         }
-        self.wait_for(&format!("{} idle nodes", NODES.len()), s.up_timeout, || self.nodes_idle())
+        self.wait_for(&format!("{} idle nodes", s.size.nodes), s.up_timeout, || self.nodes_idle())
     }
 
     /// A private MariaDB in DIR/db (root logs in over 127.0.0.1 without a
@@ -350,7 +351,7 @@ impl LocalCluster {
         mariadbd.extend([
             format!("--datadir={}", inner("db/data")),
             format!("--socket={}", inner("run/mysqld.sock")),
-            format!("--port={}", s.port_base + 5),
+            format!("--port={}", s.db_port()),
             "--bind-address=127.0.0.1".into(),
             "--user=root".into(),
             format!("--pid-file={}", inner("run/mariadbd.pid")),
