@@ -112,6 +112,8 @@ for r in "${releases[@]}"; do
     # Sessions (criu) on 22.05 only here: 24.11's test daemons run chrooted in
     # the Debian 13 root, where criu cannot see the host's mounts (tests/cluster/tests/sessions.rs).
     [[ $r == 22.05 ]] && suites+=(--test sessions)
+    # allot replay against the simulator (about 4 minutes) on one release.
+    [[ $r == 22.05 ]] && suites+=(--test replay)
     ALLOT_SLURM_RELEASE=$r cargo test --release --locked -p allot-cluster-tests "${suites[@]}" -- --test-threads=2 "${cargo_args[@]}"
 done
 

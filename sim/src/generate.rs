@@ -231,9 +231,21 @@ pub fn scenario(p: &ScenarioParams) -> Scenario {
         toml.push_str(&format!("\n[budget.dept{}]\nshare = {share}\n", d + 1));
         for t in (0..teams).filter(|&t| dept_of(t) == d) {
             toml.push_str(&format!("\n[budget.dept{}.{}]\nshare = {}\naccounts = [\"{}\"]\n", d + 1, names[t], team_share[t], names[t]));
+            toml.push_str(&members_line(&workload, &names[t]));
         }
     }
     Scenario { workload, budget_toml: toml }
+}
+
+/// `members = [...]`: the users of `team`'s jobs, so that the budget admits
+/// them on a real cluster (`allot replay`) as the simulator does.
+fn members_line(workload: &Workload, team: &str) -> String {
+    let Some(team) = workload.teams.iter().position(|t| t == team).map(|i| i as u32) else { return String::new() };
+    let users: std::collections::BTreeSet<&str> = workload.jobs.iter().filter(|j| j.team == team).filter_map(|j| j.user.as_deref()).collect();
+    if users.is_empty() {
+        return String::new();
+    }
+    format!("members = [{}]\n", users.iter().map(|u| format!("\"{u}\"")).collect::<Vec<_>>().join(", "))
 }
 
 /// The debug-under-overload class (docs/src/simulator/debug-overload.md): large resumable training
@@ -390,6 +402,7 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
     toml.push_str(&format!("gpus = {}\n\n[budget]\n", p.cluster.capacity()));
     for (t, name) in names.iter().enumerate() {
         toml.push_str(&format!("\n[budget.{name}]\nshare = {}\naccounts = [\"{name}\"]\n", p.shares.get(t).copied().unwrap_or(1)));
+        toml.push_str(&members_line(&workload, name));
     }
     Scenario { workload, budget_toml: toml }
 }

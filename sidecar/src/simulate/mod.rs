@@ -92,7 +92,7 @@ fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn read_workload(path: &Path, skip_bad_rows: bool) -> anyhow::Result<Workload> {
+pub(crate) fn read_workload(path: &Path, skip_bad_rows: bool) -> anyhow::Result<Workload> {
     let name = path.display().to_string();
     let file = fs::File::open(path).with_context(|| format!("cannot open the workload {name}"))?;
     let w = Workload::from_csv(std::io::BufReader::new(file), skip_bad_rows).map_err(|e| anyhow::anyhow!("{}", e.render(&name)))?;
