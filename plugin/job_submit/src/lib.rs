@@ -269,11 +269,17 @@ impl JobSubmitPlugin for JobSubmitAllot {
                 Some(charged) => charged.as_ref().map(|c| c.leaf),
                 None => leaf_of(&job, &s.tree),
             };
-            // An update of the GPU request is judged by the larger of what it
-            // names and what the job asked (its other counts may stay).
+            // An update of the GPU request is judged by the largest of what
+            // it names, the job's own GPUs on the nodes and tasks it names
+            // (NumNodes=4 on a job of 8 GPUs per node: 32), and what the job
+            // asked.
             let unit = s.tree.settings.charge;
             let gpus = if desc.changes_gpu_request() {
-                desc.units_requested_at_most(unit).max(job.units_requested_at_most(unit))
+                let grown = match unit {
+                    allot::budget::Charged::Gpus => job.gpus_requested_at_most_with(desc.counts()),
+                    allot::budget::Charged::Cpus => 0,
+                };
+                desc.units_requested_at_most(unit).max(grown).max(job.units_requested_at_most(unit))
             } else {
                 job.units_requested_at_most(unit)
             };

@@ -290,15 +290,25 @@ impl<'a> Job<'a> {
     /// counts the minimum nodes only: `--gres=gpu:8 --nodes=1-4` would pass
     /// for 8 GPUs and could be given 32.
     pub fn gpus_requested_at_most(&self) -> u32 {
+        self.gpus_requested_at_most_with(Counts::default())
+    }
+
+    /// [`Job::gpus_requested_at_most`] with the node and task counts an
+    /// update asks for in place of the job's own (`scontrol update
+    /// NumNodes=4` on a job of 8 GPUs per node: 32).
+    pub fn gpus_requested_at_most_with(&self, update: Counts) -> u32 {
         let Some(d) = self.details() else { return u32::MAX };
         let set = |n: u32| n != 0 && n != sys::NO_VAL;
-        let tasks = if set(d.num_tasks) {
-            d.num_tasks as u64
-        } else {
-            // Each task has at least cpus_per_task of the job's CPUs.
-            (d.min_cpus.max(1) as u64).div_ceil(if d.cpus_per_task == sys::NO_VAL16 { 1 } else { d.cpus_per_task.max(1) as u64 })
-        };
-        let nodes = most_nodes(d.min_nodes as u64, set(d.max_nodes).then_some(d.max_nodes as u64), Some(tasks));
+        let tasks = update.tasks.unwrap_or_else(|| {
+            if set(d.num_tasks) {
+                d.num_tasks as u64
+            } else {
+                // Each task has at least cpus_per_task of the job's CPUs.
+                (d.min_cpus.max(1) as u64).div_ceil(if d.cpus_per_task == sys::NO_VAL16 { 1 } else { d.cpus_per_task.max(1) as u64 })
+            }
+        });
+        let max_nodes = update.max_nodes.or_else(|| set(d.max_nodes).then_some(d.max_nodes as u64));
+        let nodes = most_nodes(update.min_nodes.unwrap_or(d.min_nodes as u64), max_nodes, Some(tasks));
         // SAFETY: gres_list_req is null or the job's list of gres_state_t, valid while the record is.
         let most = unsafe {
             gpu_states_sum(self.raw.gres_list_req, |g| {
@@ -419,6 +429,14 @@ impl std::fmt::Display for NotUtf8 {
     }
 }
 
+/// Node and task counts a request names (`None`: not named).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub min_nodes: Option<u64>,
+    pub max_nodes: Option<u64>,
+    pub tasks: Option<u64>,
+}
+
 /// A submission or update request (`job_desc_msg_t`) in job_submit.
 pub struct JobDesc<'a> {
     raw: &'a mut sys::job_desc_msg_t,
@@ -496,6 +514,11 @@ impl<'a> JobDesc<'a> {
             || set(self.raw.min_nodes)
             || set(self.raw.max_nodes)
             || set(self.raw.num_tasks)
+    }
+    /// The node and task counts the request names.
+    pub fn counts(&self) -> Counts {
+        let set = |n: u32| (n != 0 && n != sys::NO_VAL).then_some(n as u64);
+        Counts { min_nodes: set(self.raw.min_nodes), max_nodes: set(self.raw.max_nodes), tasks: set(self.raw.num_tasks) }
     }
     /// The most the request can be given in the budget's unit: GPUs
     /// ([`JobDesc::gpus_requested_at_most`]), or CPUs (its maximum CPU

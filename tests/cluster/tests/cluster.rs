@@ -603,6 +603,12 @@ fn t12_a_node_kept_for_small_jobs_starts_debug_jobs_at_once_and_admits_nothing_e
     assert!(c.ctld_log().contains(&format!("refused update of JobId={held}: allot: JobId={held}: {kept}")), "the reason is not in slurmctld's log");
     let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={held}"), "Gres=gpu:8", "NumNodes=2"]);
     assert!(!out.status.success(), "growing to 16 GPUs was accepted: {}", text(&out));
+    // The node count alone grows a job of 8 GPUs a node: to 32 with NumNodes=4.
+    let eight = c.sbatch("bob", &["--hold", "--gres=gpu:8", "--comment=min_runtime=10m", &sleep_job(5)]).unwrap();
+    assert_eq!(c.job(eight).get("Partition"), "small");
+    let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={eight}"), "NumNodes=4"]);
+    assert!(!out.status.success(), "NumNodes=4 grew a small job of 8 GPUs a node to 32: {}", text(&out));
+    assert!(c.ctld_log().contains(&format!("refused update of JobId={eight}")), "the reason is not in slurmctld's log");
     assert!(c.job(held).comment().contains("min_runtime=10m"), "{}", c.job(held).comment());
     let out = c.slurm(Some("bob"), "scontrol", &["update", &format!("JobId={held}"), "Partition=gpu", "Comment=min_runtime=2h"]);
     assert!(out.status.success(), "{}", text(&out));
