@@ -221,7 +221,7 @@ macro_rules! policy_setting {
 pub const POLICY_SETTINGS: [PolicySetting; 12] = [
     policy_setting!(lookback, Duration, "Fair-share window: how far back usage counts"),
     policy_setting!(lookahead, Duration, "A budget's standing counts the GPUs its jobs hold now as used this much longer; 0: the window's use only"),
-    policy_setting!(min_runtime_cap, Duration, "Largest minimum runtime a job may declare; larger declarations run with the cap"),
+    policy_setting!(min_runtime_cap, Duration, "Largest minimum runtime a job may declare: job_submit refuses a larger one (the simulator runs it with the cap, counted in contracts_clamped_to_cap)"),
     policy_setting!(default_min_runtime, Duration, "Minimum runtime of a job that declares none (at most the cap)"),
     policy_setting!(grace, Duration, "Time from the preemption signal to the kill"),
     policy_setting!(unallocated_grace, Duration, "Grace time of an unallocated (min_runtime=0) victim, at most the grace time"),

@@ -571,4 +571,38 @@ mod tests {
         assert_eq!(gpu_args(4, 8), ["-N", "1", "--gres=gpu:4"]);
         assert_eq!(gpu_args(12, 8), ["-N", "2", "--gres=gpu:8"]);
     }
+
+    #[test]
+    fn scales_each_job_and_names_every_one_it_refuses() {
+        let tree = BudgetTree::parse(
+            "[budget.a]\nshare = 1\naccounts = [\"a\"]\nmembers = [\"ann\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\nmembers = [\"bo\"]\n",
+        )
+        .unwrap();
+        let cluster =
+            SlurmCluster { spec: ClusterSpec { nodes: 2, gpus_per_node: 8 }, kept: 0, requeue_delay: 11, scheduler: BTreeMap::new(), grace_time: None };
+        let csv = "job_id,submit_s,gpus,runtime_s,team,user,min_runtime_s,priority\n\
+                   0,100,8,600,a,ann,120,high\n\
+                   1,160,16,3600,b,bo,0,low\n\
+                   2,170,1,600,b,,,normal\n";
+        let w = Workload::from_csv(csv.as_bytes(), false).unwrap();
+        let exists = |u: &str| u != "ghost";
+        let jobs = plan(&w, 60.0, &cluster, &tree, "root", &exists).unwrap();
+        let got: Vec<(i64, i64, &str)> = jobs.iter().map(|j| (j.at, j.runtime, j.comment.as_str())).collect();
+        assert_eq!(got, [(0, 10, "min_runtime=2s priority=high"), (1, 60, "min_runtime=0 priority=low"), (1, 10, "priority=normal")]);
+        assert_eq!(jobs[2].user, "root");
+        let bad = "job_id,submit_s,gpus,runtime_s,team,user\n0,0,17,600,a,ann\n1,0,1,20,a,ann\n2,0,1,600,c,ann\n3,0,1,600,b,ann\n4,0,1,600,a,ghost\n";
+        let w = Workload::from_csv(bad.as_bytes(), false).unwrap();
+        let problems = plan(&w, 60.0, &cluster, &tree, "root", &exists).unwrap_err();
+        // ghost is neither a member of a nor a user here: two problems.
+        assert_eq!(problems.len(), 6, "{problems:#?}");
+        for want in [
+            "job 0 (a, ann): asks for 17 GPUs; the cluster has 16 (2x8)",
+            "job 1 (a, ann): its runtime 20 s is 0.33 s at --time-scale 60: shorter than a second",
+            "job 2 (c, ann): team c is no account of the ledger's budget",
+            "job 3 (b, ann): user 'ann' is not a member of budget b",
+            "job 4 (a, ghost): there is no user ghost on this machine",
+        ] {
+            assert!(problems.iter().any(|p| p.starts_with(want)), "missing {want:?} in {problems:#?}");
+        }
+    }
 }

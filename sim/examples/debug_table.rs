@@ -25,7 +25,7 @@ fn mechanisms() -> Vec<Mechanism> {
         s.unallocated_grace = s.grace;
         s.small_job_gpus = 0;
     }
-    /// Issue 10's first three mechanisms, without small jobs across teams.
+    /// The first three mechanisms of the debug-overload page, without small jobs across teams.
     fn three(c: &mut Config) {
         c.tree.settings.small_job_gpus = 0;
     }

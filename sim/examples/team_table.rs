@@ -3,7 +3,7 @@
 //! run and over the loaded days) under the shipped layout (one node kept
 //! for small jobs), the policy alone and Slurm's own plugins (baseline),
 //! then each layout's occupancy, preemptions, GPU-hours lost and repeat
-//! preemptions. The per-team tables of issue 31's closing note.
+//! preemptions: the per-team tables of the debug-overload page.
 //!
 //! ```sh
 //! cargo run --release -p allot-sim --example team_table [-- SEED [VARIANT...]]   # default: 1, every variant
