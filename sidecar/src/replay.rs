@@ -276,7 +276,8 @@ done
 "#;
 
 fn user_exists(user: &str) -> bool {
-    Command::new("id").args(["-u", user]).output().is_ok_and(|o| o.status.success())
+    // `--`: a workload's user name may begin with '-' (Slurm's naming rule allows it).
+    Command::new("id").args(["-u", "--", user]).output().is_ok_and(|o| o.status.success())
 }
 
 fn current_user() -> String {
@@ -343,7 +344,8 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
     let missing: Vec<&String> = users.iter().filter(|u| !user_exists(u)).collect();
     if a.create_users && !a.dry_run {
         for u in &missing {
-            let out = Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", u.as_str()]).output().context("cannot run useradd")?;
+            let out =
+                Command::new("useradd").args(["--no-create-home", "--shell", "/usr/sbin/nologin", "--", u.as_str()]).output().context("cannot run useradd")?;
             if !out.status.success() {
                 bail!("useradd {u}: {}", String::from_utf8_lossy(&out.stderr).trim());
             }
@@ -570,6 +572,13 @@ mod tests {
         assert_eq!((s["bf_interval"], s["bf_max_job_test"], s["default_queue_depth"]), (2, 2000, 500));
         assert_eq!(gpu_args(4, 8), ["-N", "1", "--gres=gpu:4"]);
         assert_eq!(gpu_args(12, 8), ["-N", "2", "--gres=gpu:8"]);
+    }
+
+    #[test]
+    fn a_user_name_is_never_read_as_an_option() {
+        // Without `--`, `id -u --help` succeeds: a user "--help" would pass as existing.
+        assert!(!user_exists("--help"));
+        assert!(user_exists("root"));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //! separated (`job_submit,job_modify`), each with how many times it fails
 //! if not always (`priority_walk@2`: the first two times); [`inject`]
 //! panics at an armed one, and the hook's guard then answers with its
-//! fail-safe fallback. Unset (as
-//! at every site), each point costs one load of a `OnceLock` and a branch.
+//! fail-safe fallback. Unset (as at every site), each point costs one load
+//! of a `OnceLock` and a branch.
 //! The variable is read once, at the first point reached: only whoever
 //! starts slurmctld can set it. (A fail-point crate would need a second
 //! build of every plugin for the tests, or a lock per point in production.)
