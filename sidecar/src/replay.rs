@@ -33,7 +33,7 @@ use allot::budget::BudgetTree;
 use allot::preempt::PreemptRules;
 use allot_cli::cluster_report::{self, ClusterReport};
 use allot_sim::metrics::Report;
-use allot_sim::{prepare, simulate_prepared, ClusterSpec, Config, PolicyKind, Workload};
+use allot_sim::{prepare, simulate_prepared, ClusterSpec, Config, MainClock, PolicyKind, Workload};
 use anyhow::{anyhow, bail, Context};
 use clap::Args;
 
@@ -81,7 +81,8 @@ struct SlurmCluster {
     /// Seconds a requeued job waits before it may start again
     /// (`cred_expire` + 1, Slurm's BeginTime after a requeue).
     requeue_delay: i64,
-    /// SchedulerParameters the simulator models: bf_interval,
+    /// SchedulerParameters the simulator models: sched_interval and
+    /// batch_sched_delay (the main scheduler's clock), bf_interval,
     /// bf_max_job_test, default_queue_depth.
     scheduler: BTreeMap<String, i64>,
     /// allot.conf's GraceTime, which overrides the budget's grace.
@@ -145,7 +146,7 @@ fn scheduler_from_config(config: &str) -> BTreeMap<String, i64> {
     // Slurm reads each option with a substring search: the first one wins.
     for item in value.split(',') {
         if let Some((k, v)) = item.split_once('=') {
-            if ["bf_interval", "bf_max_job_test", "default_queue_depth"].contains(&k.trim()) {
+            if ["bf_interval", "bf_max_job_test", "default_queue_depth", "sched_interval", "batch_sched_delay"].contains(&k.trim()) {
                 if let Ok(n) = v.trim().parse() {
                     out.entry(k.trim().to_owned()).or_insert(n);
                 }
@@ -490,6 +491,10 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
         tree.settings.grace = g;
     }
     let scaled = scaled_workload(&w, &jobs, &tree);
+    // The jobs as submitted (real seconds), for `allot simulate` to predict
+    // again with other settings.
+    let scaled_csv = dir.join("scaled-workload.csv");
+    scaled.to_csv(std::fs::File::create(&scaled_csv).with_context(|| format!("cannot write {}", scaled_csv.display()))?)?;
     let mut cfg = Config::new(cluster.spec, tree.clone(), PolicyKind::Allot);
     cfg.small_job_nodes = cluster.kept;
     cfg.requeue_delay = cluster.requeue_delay;
@@ -503,6 +508,12 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
     if let Some(&v) = cluster.scheduler.get("default_queue_depth") {
         cfg.default_queue_depth = v as usize;
     }
+    // Slurm's main scheduler runs on its own clock: a job waits for its pass.
+    let defaults = MainClock::SLURM_DEFAULTS;
+    cfg.main_clock = Some(MainClock {
+        sched_interval: cluster.scheduler.get("sched_interval").copied().unwrap_or(defaults.sched_interval),
+        batch_sched_delay: cluster.scheduler.get("batch_sched_delay").copied().unwrap_or(defaults.batch_sched_delay),
+    });
     let prepared = prepare::prepare(&scaled, &tree, cluster.spec, cluster.kept);
     let predicted = simulate_prepared(&scaled, &cfg, prepared, &mut |_| {}).report;
     let (text, mut json) = compare(&actual, &predicted);
@@ -570,6 +581,8 @@ mod tests {
         assert_eq!(requeue_delay_from_config("AuthType = auth/munge\n"), 121);
         let s = scheduler_from_config(config);
         assert_eq!((s["bf_interval"], s["bf_max_job_test"], s["default_queue_depth"]), (2, 2000, 500));
+        assert_eq!(s["sched_interval"], 2);
+        assert!(!s.contains_key("batch_sched_delay"), "Slurm's default (3 s) applies: {s:?}");
         assert_eq!(gpu_args(4, 8), ["-N", "1", "--gres=gpu:4"]);
         assert_eq!(gpu_args(12, 8), ["-N", "2", "--gres=gpu:8"]);
     }

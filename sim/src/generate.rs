@@ -358,15 +358,18 @@ pub fn debug_scenario(p: &DebugParams) -> Scenario {
         let n = (wanted / mean_training).round() as u32;
         let pinned = (t as u32) < p.pinned_teams;
         let bursty = !pinned && (t as u32) >= p.pinned_teams && ((t - p.pinned_teams as usize) as u32) < p.bursty_teams;
-        // Bursty: two-day bursts covering a third of the span, at random.
+        // Bursty: two-day bursts covering a third of the span, at random
+        // (on a span under six days, bursts of a third of it, so that every
+        // submission stays within the span).
+        let burst = (2 * DAY).min(span / 3).max(1);
         let bursts: Vec<i64> = if bursty {
-            let k = ((span as f64 / 3.0) / (2.0 * DAY as f64)).ceil().max(1.0) as usize;
-            (0..k).map(|_| rng.gen_range(0..(span - 2 * DAY).max(1))).collect()
+            let k = ((span as f64 / 3.0) / burst as f64).ceil().max(1.0) as usize;
+            (0..k).map(|_| rng.gen_range(0..(span - burst).max(1))).collect()
         } else {
             Vec::new()
         };
         for _ in 0..n {
-            let submit = if bursty { bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..2 * DAY) } else { rng.gen_range(0..span) };
+            let submit = if bursty { bursts[rng.gen_range(0..bursts.len())] + rng.gen_range(0..burst) } else { rng.gen_range(0..span) };
             let nodes = rng.gen_range(fewest..=most);
             let (runtime, min_runtime) = if pinned {
                 let r = rng.gen_range(4 * HOUR..=8 * HOUR);

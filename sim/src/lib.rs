@@ -34,7 +34,7 @@ pub mod prepare;
 pub mod workload;
 
 pub use cluster::ClusterSpec;
-pub use engine::{Config, Fate, IdleByCause, Outcome, Placement, PolicyKind, Reach, Run, RunEnd};
+pub use engine::{Config, Fate, IdleByCause, MainClock, Outcome, Placement, PolicyKind, Reach, Run, RunEnd};
 pub use metrics::Report;
 pub use workload::{Job, Workload};
 

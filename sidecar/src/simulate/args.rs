@@ -145,6 +145,15 @@ pub(super) struct DebugArgs {
     /// Training GPU-time wanted over the cluster's (default: the variant's).
     #[arg(long)]
     pub(super) load: Option<f64>,
+    /// Whole nodes of a training job, MIN-MAX (default: the variant's, 2-8; narrow 1-2).
+    #[arg(long, value_name = "MIN-MAX", value_parser = node_range)]
+    pub(super) training_nodes: Option<(u32, u32)>,
+    /// Debug jobs per team over the span (default 300, made for 14 days).
+    #[arg(long)]
+    pub(super) debug_per_team: Option<u32>,
+    /// Unallocated filler jobs per team over the span (default 100, made for 14 days).
+    #[arg(long)]
+    pub(super) fillers_per_team: Option<u32>,
     #[arg(long, default_value_t = 1)]
     pub(super) seed: u64,
     #[arg(long, short)]
@@ -248,6 +257,12 @@ pub(super) struct RunArgs {
     /// Backfill's reservation counts a running job the blocked job may preempt as released when its protection ends (plus grace), not when it ends (allot).
     #[arg(long)]
     pub(super) plan_with_protection_ends: bool,
+    /// Model Slurm's main-scheduler clock with this sched_interval (the shipped slurm-allot.conf's is 10s, Slurm's own 60s): a submission waits for the next pass (the next second, at least --batch-sched-delay after the last pass), a run past its minimum runtime or a requeued job for the next full pass. Default: a pass at once after every event, within the second.
+    #[arg(long, value_parser = duration)]
+    pub(super) sched_interval: Option<i64>,
+    /// With --sched-interval: how long after the last pass a submission's pass may wait (Slurm's batch_sched_delay, default 3s).
+    #[arg(long, value_parser = duration, default_value = "3s", requires = "sched_interval")]
+    pub(super) batch_sched_delay: i64,
     /// Stop this long after the first submission (default: when every job is done).
     #[arg(long, value_parser = duration)]
     pub(super) horizon: Option<i64>,
@@ -279,4 +294,15 @@ pub(super) struct RunArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub(super) quiet: bool,
+}
+
+/// `MIN-MAX` whole nodes, 1 <= MIN <= MAX.
+fn node_range(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("'{s}': expected MIN-MAX whole nodes, e.g. 1-2 (1 <= MIN <= MAX)");
+    let (a, b) = s.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u32, u32) = (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?);
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
 }

@@ -83,6 +83,9 @@ fn generate_debug(a: DebugArgs) -> anyhow::Result<ExitCode> {
     if let Some(l) = a.load {
         p.load = l;
     }
+    p.training_nodes = a.training_nodes.unwrap_or(p.training_nodes);
+    p.debug_per_team = a.debug_per_team.unwrap_or(p.debug_per_team);
+    p.fillers_per_team = a.fillers_per_team.unwrap_or(p.fillers_per_team);
     let s = debug_scenario(&p);
     write_workload(&s.workload, &a.out)?;
     if let Some(b) = &a.budgets_out {
@@ -275,6 +278,7 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
         cfg.preempt_around_reservation = a.preempt_around_reservation;
         cfg.plan_with_protection_ends = a.plan_with_protection_ends;
         cfg.horizon = a.horizon.map(|h| first + h);
+        cfg.main_clock = a.sched_interval.map(|sched_interval| allot_sim::MainClock { sched_interval, batch_sched_delay: a.batch_sched_delay });
         let bar = (!a.quiet && std::io::stderr().is_terminal()).then(|| {
             let bar = indicatif::ProgressBar::new(1000);
             bar.set_style(
@@ -343,6 +347,8 @@ fn run_simulation(a: RunArgs) -> anyhow::Result<ExitCode> {
                 "preempt_around_reservation": a.preempt_around_reservation,
                 "plan_with_protection_ends": a.plan_with_protection_ends,
                 "horizon_s": a.horizon,
+                "sched_interval_s": a.sched_interval,
+                "batch_sched_delay_s": a.sched_interval.map(|_| a.batch_sched_delay),
             },
             "reports": reports,
             "actual": from_ledger.as_ref().map(|(_, lw)| &lw.actual),
@@ -407,6 +413,9 @@ fn check_run_options(a: &RunArgs, cluster: ClusterSpec) -> anyhow::Result<()> {
     }
     if a.bf_interval == 0 {
         bad.push("--bf-interval 0: must be at least 1s (the time between backfill passes)".to_owned());
+    }
+    if a.sched_interval == Some(0) {
+        bad.push("--sched-interval 0: must be at least 1s (the time between the main scheduler's full passes)".to_owned());
     }
     if a.horizon == Some(0) {
         bad.push("--horizon 0: must be longer than zero (the simulation stops this long after the first submission)".to_owned());
@@ -569,6 +578,56 @@ mod tests {
         for key in ["owed_gpu_hours", "delivered_gpu_hours", "delivered_over_owed"] {
             assert!(!reports[0]["teams"][0][key].is_null(), "teams.{key} missing");
         }
+    }
+
+    #[test]
+    fn a_short_debug_scenario_keeps_its_bursts_and_counts_within_the_span() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        let out = p("s.csv");
+        let gen = |extra: &[&str]| {
+            let mut args = vec!["generate", "debug", "--variant", "bursty", "--cluster", "16x8", "--days", "0.75", "--out", &out];
+            args.extend_from_slice(extra);
+            allot(&args)
+        };
+        gen(&["--training-nodes", "1-2", "--debug-per-team", "40", "--fillers-per-team", "6"]).unwrap();
+        let w = read_workload(Path::new(&out), false).unwrap();
+        let count = |kind: &str| w.jobs.iter().filter(|j| w.kinds[j.kind as usize] == kind).count();
+        assert_eq!((count("debug"), count("filler")), (6 * 40, 6 * 6));
+        assert!(count("training") > 0);
+        // Bursts of two days would run past a span of 18 hours: a third of it instead.
+        assert!(w.jobs.iter().all(|j| j.submit < 18 * 3600), "a submission after the span");
+        assert!(w.jobs.iter().filter(|j| w.kinds[j.kind as usize] == "training").all(|j| j.gpus == 8 || j.gpus == 16));
+        for bad in ["0-2", "3-2", "2"] {
+            let e = gen(&["--training-nodes", bad]).unwrap_err().to_string();
+            assert!(e.contains("expected MIN-MAX whole nodes"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn slurms_main_clock_is_a_setting_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |name: &str| dir.path().join(name).display().to_string();
+        fs::write(p("w.csv"), "job_id,submit_s,gpus,runtime_s,team\n1,0,1,600,a\n2,5,1,600,a\n").unwrap();
+        fs::write(p("b.toml"), "[budget]\n[budget.a]\nshare = 1\naccounts = [\"a\"]\n").unwrap();
+        let run = |extra: &[&str]| -> anyhow::Result<serde_json::Value> {
+            let mut args = vec![p("w.csv"), "--cluster".into(), "1x8".into(), "--budgets".into(), p("b.toml"), "-q".into(), "--no-timing".into()];
+            args.extend(["--policy".into(), "allot".into(), "--json".into(), p("r.json")]);
+            args.extend(extra.iter().map(|s| s.to_string()));
+            allot(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+            Ok(serde_json::from_slice(&fs::read(p("r.json")).unwrap()).unwrap())
+        };
+        let off = run(&[]).unwrap();
+        assert!(off["settings"]["sched_interval_s"].is_null() && off["settings"]["batch_sched_delay_s"].is_null());
+        let on = run(&["--sched-interval", "10s"]).unwrap();
+        assert_eq!((on["settings"]["sched_interval_s"].as_i64(), on["settings"]["batch_sched_delay_s"].as_i64()), (Some(10), Some(3)));
+        // Without the clock both start in their second; with it, at 3 s and 6 s.
+        let p90 = |v: &serde_json::Value| v["reports"][0]["wait_p90_s"].as_i64();
+        assert_eq!((p90(&off), p90(&on)), (Some(0), Some(3)), "{}", on["reports"][0]);
+        let e = run(&["--batch-sched-delay", "5s"]).unwrap_err().to_string();
+        assert!(e.contains("--sched-interval"), "{e}");
+        let e = run(&["--sched-interval", "0s"]).unwrap_err().to_string();
+        assert!(e.contains("--sched-interval 0: must be at least 1s"), "{e}");
     }
 
     #[test]

@@ -26,6 +26,8 @@ pub(super) enum EventKind {
     Submit,
     /// A requeued job is eligible again.
     Requeue,
+    /// Slurm's main scheduler runs a pass (`Config::main_clock`).
+    MainPass,
     /// A backfill cycle.
     Backfill,
 }

@@ -120,6 +120,11 @@ pub struct Config {
     pub bf_interval: i64,
     /// Stop here (absolute time); `None`: run until every job is done.
     pub horizon: Option<i64>,
+    /// When Slurm's main scheduler runs after an event that does not free
+    /// GPUs. `None`: at once, in the second of the event (the simulator's
+    /// tables: a pass within a second of a submission). `Some`: as
+    /// slurmctld does it (see [`MainClock`]).
+    pub main_clock: Option<MainClock>,
     /// Baseline: a team's limit on non-preemptible GPUs is its effective
     /// share times the cluster's GPUs times this.
     pub baseline_limit_factor: f64,
@@ -147,6 +152,34 @@ pub struct Config {
     /// ends (plus the grace time), not when it ends: protection-end times
     /// used to plan.
     pub plan_with_protection_ends: bool,
+}
+
+/// Slurm's main scheduler's clock, as slurmctld's background loop keeps it
+/// (22.05 to 26.05, `_slurmctld_background`): every second it runs a pass
+/// over the whole queue once `sched_interval` has gone by since the last
+/// full pass, or, when a submission asked for one, once `batch_sched_delay`
+/// has gone by since its last pass. A job's end runs a pass at once (its
+/// epilog's RPC calls the scheduler). Nothing runs one when a run's
+/// minimum runtime ends or a requeued job becomes eligible: the next full
+/// pass (or backfill) finds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MainClock {
+    /// Seconds between full passes (`sched_interval`; Slurm's default 60).
+    pub sched_interval: i64,
+    /// Seconds a submission's pass may wait after the last one
+    /// (`batch_sched_delay`; Slurm's default 3).
+    pub batch_sched_delay: i64,
+}
+
+impl MainClock {
+    /// Slurm's defaults (slurm.conf(5)).
+    pub const SLURM_DEFAULTS: MainClock = MainClock { sched_interval: 60, batch_sched_delay: 3 };
+
+    /// The next full pass at or after `t`, on a clock that had one at `origin`.
+    pub fn next_full(&self, origin: i64, t: i64) -> i64 {
+        let every = self.sched_interval.max(1);
+        origin + ((t - origin).max(0) + every - 1) / every * every
+    }
 }
 
 /// How far and how often the scheduler looks into the queue: the
@@ -215,6 +248,7 @@ impl Config {
             default_queue_depth: Reach::SHIPPED.default_queue_depth,
             bf_interval: Reach::SHIPPED.bf_interval,
             horizon: None,
+            main_clock: None,
             baseline_limit_factor: 1.0,
             baseline_priority_levels: false,
             check_policy: false,
@@ -477,6 +511,11 @@ pub(crate) struct Engine<'a> {
     allowed_bits: Vec<u64>,
     backfill_pending: bool,
     changed_since_backfill: bool,
+    /// `Config::main_clock`: the main pass queued, if any; the last pass
+    /// the clock ran (full or asked for); the time of its first full pass.
+    main_pass_at: Option<i64>,
+    last_clock_pass: i64,
+    clock_origin: i64,
     in_use: u32,
     /// GPUs held by jobs that have not started (preemptors in the grace time).
     claimed: u32,
@@ -627,6 +666,9 @@ impl<'a> Engine<'a> {
             growth: 0,
             backfill_pending: false,
             changed_since_backfill: false,
+            main_pass_at: None,
+            last_clock_pass: i64::MIN / 2,
+            clock_origin: workload.jobs.first().map_or(0, |j| j.submit),
             in_use: 0,
             claimed: 0,
             idle_while_waiting: 0,
@@ -758,12 +800,20 @@ impl<'a> Engine<'a> {
                 }
                 self.log_demand(j, now, 1);
                 self.enqueue(j, now);
-                true
+                self.main_pass_after(now, true)
             }
             EventKind::Requeue => {
                 if self.jobs[j as usize].status == Status::Future && self.jobs[j as usize].run_no == run {
                     self.enqueue(j, now);
                 }
+                self.main_pass_after(now, false)
+            }
+            EventKind::MainPass => {
+                if self.main_pass_at != Some(now) {
+                    return false; // superseded by an earlier one
+                }
+                self.main_pass_at = None;
+                self.last_clock_pass = now;
                 true
             }
             EventKind::Release => {
@@ -802,15 +852,39 @@ impl<'a> Engine<'a> {
                 }
                 self.book_unprotected(j, true);
                 self.growth += 1;
-                true
+                self.main_pass_after(now, false)
             }
             EventKind::LongWait => {
                 // Still waiting since then (not started, nor requeued since).
                 let job = &self.jobs[j as usize];
-                job.status == Status::Pending && job.run_no == run
+                job.status == Status::Pending && job.run_no == run && self.main_pass_after(now, false)
             }
             EventKind::Backfill => unreachable!("backfill cycles are handled by the loop"),
         }
+    }
+
+    /// After an event that frees no GPUs: whether the main scheduler runs
+    /// at once (no `main_clock`), else queues its next pass as slurmctld's
+    /// clock would run it (see [`MainClock`]; `asked`: a submission, which
+    /// asks for a pass within `batch_sched_delay`) and says no.
+    fn main_pass_after(&mut self, now: i64, asked: bool) -> bool {
+        let Some(clock) = self.cfg.main_clock else { return true };
+        // The background loop's next tick is after this second.
+        let tick = now + 1;
+        let full = clock.next_full(self.clock_origin, tick);
+        let at = if asked {
+            let every = clock.sched_interval.max(1);
+            let last_full = self.clock_origin + (now - self.clock_origin).max(0) / every * every;
+            let last = self.last_clock_pass.max(last_full);
+            full.min(tick.max(last + clock.batch_sched_delay))
+        } else {
+            full
+        };
+        if self.main_pass_at.is_none_or(|t| at < t) {
+            self.main_pass_at = Some(at);
+            self.queue.push(at, EventKind::MainPass, 0, 0);
+        }
+        false
     }
 
     /// Closes the books at `end`.
