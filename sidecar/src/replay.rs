@@ -81,6 +81,9 @@ struct SlurmCluster {
     /// Seconds a requeued job waits before it may start again
     /// (`cred_expire` + 1, Slurm's BeginTime after a requeue).
     requeue_delay: i64,
+    /// Slurm's `KillWait`: the replay's jobs ignore SIGTERM, so a victim
+    /// holds its GPUs this long after its kill.
+    kill_wait: i64,
     /// SchedulerParameters the simulator models: sched_interval and
     /// batch_sched_delay (the main scheduler's clock), bf_interval,
     /// bf_max_job_test, default_queue_depth.
@@ -162,7 +165,24 @@ fn discover_cluster() -> anyhow::Result<SlurmCluster> {
     let conf = allot_cli::identity::slurm_conf_path();
     let allot_conf = conf.parent().unwrap_or(Path::new("/etc/slurm")).join("allot.conf");
     let grace_time = std::fs::read_to_string(&allot_conf).ok().and_then(|t| allot_cli::identity::conf_value(&t, "GraceTime")).and_then(|v| v.parse().ok());
-    Ok(SlurmCluster { spec, kept, requeue_delay: requeue_delay_from_config(&config), scheduler: scheduler_from_config(&config), grace_time })
+    Ok(SlurmCluster {
+        spec,
+        kept,
+        requeue_delay: requeue_delay_from_config(&config),
+        kill_wait: kill_wait_from_config(&config),
+        scheduler: scheduler_from_config(&config),
+        grace_time,
+    })
+}
+
+/// `KillWait` (`KillWait = 5 sec`; Slurm's default 30): how long a job
+/// that ignores SIGTERM, as the replay's jobs do, lives on after its kill.
+fn kill_wait_from_config(config: &str) -> i64 {
+    config
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("KillWait"))
+        .and_then(|v| v.trim_start().trim_start_matches('=').split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(30)
 }
 
 /// One job as it will be submitted.
@@ -498,6 +518,7 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut cfg = Config::new(cluster.spec, tree.clone(), PolicyKind::Allot);
     cfg.small_job_nodes = cluster.kept;
     cfg.requeue_delay = cluster.requeue_delay;
+    cfg.kill_wait = cluster.kill_wait;
     cfg.checkpoint_interval = every;
     if let Some(&v) = cluster.scheduler.get("bf_interval") {
         cfg.bf_interval = v;
@@ -525,6 +546,7 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
         "cluster": cluster.spec.to_string(),
         "kept_nodes": cluster.kept,
         "requeue_delay_s": cluster.requeue_delay,
+        "kill_wait_s": cluster.kill_wait,
         "checkpoint_interval_s": every,
         "scheduler": cluster.scheduler,
         "jobs": submitted.len(),
@@ -582,6 +604,8 @@ mod tests {
         let s = scheduler_from_config(config);
         assert_eq!((s["bf_interval"], s["bf_max_job_test"], s["default_queue_depth"]), (2, 2000, 500));
         assert_eq!(s["sched_interval"], 2);
+        assert_eq!(kill_wait_from_config("KillWait                = 5 sec\n"), 5);
+        assert_eq!(kill_wait_from_config("SlurmctldPort = 1\n"), 30, "Slurm's default");
         assert!(!s.contains_key("batch_sched_delay"), "Slurm's default (3 s) applies: {s:?}");
         assert_eq!(gpu_args(4, 8), ["-N", "1", "--gres=gpu:4"]);
         assert_eq!(gpu_args(12, 8), ["-N", "2", "--gres=gpu:8"]);
@@ -600,8 +624,14 @@ mod tests {
             "[budget.a]\nshare = 1\naccounts = [\"a\"]\nmembers = [\"ann\"]\n[budget.b]\nshare = 1\naccounts = [\"b\"]\nmembers = [\"bo\"]\n",
         )
         .unwrap();
-        let cluster =
-            SlurmCluster { spec: ClusterSpec { nodes: 2, gpus_per_node: 8 }, kept: 0, requeue_delay: 11, scheduler: BTreeMap::new(), grace_time: None };
+        let cluster = SlurmCluster {
+            spec: ClusterSpec { nodes: 2, gpus_per_node: 8 },
+            kept: 0,
+            requeue_delay: 11,
+            kill_wait: 5,
+            scheduler: BTreeMap::new(),
+            grace_time: None,
+        };
         let csv = "job_id,submit_s,gpus,runtime_s,team,user,min_runtime_s,priority\n\
                    0,100,8,600,a,ann,120,high\n\
                    1,160,16,3600,b,bo,0,low\n\

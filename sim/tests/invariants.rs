@@ -237,6 +237,7 @@ proptest! {
             cfg.small_job_nodes = small_nodes.min(nodes - 1);
             // Slurm's main-scheduler clock, or a pass at once after every event.
             cfg.main_clock = (clock > 0).then_some(MainClock { sched_interval: clock, batch_sched_delay: clock % 5 });
+            cfg.kill_wait = clock % 7;
             // Two teams whose whole-cluster jobs take turns past their
             // minimum runtimes, each turn losing all the work since a
             // checkpoint that never comes (the interval longer than a

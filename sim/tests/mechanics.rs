@@ -500,31 +500,48 @@ fn the_modeled_scheduler_reach_is_the_shipped_confs() {
 
 #[test]
 fn with_slurms_main_clock_a_submission_waits_for_its_pass() {
-    // 1 node of 8 GPUs, always room. Full passes every 10 s from the first
-    // submission (0, 10, 20, ...); a submission asks for a pass at the next
-    // second, but no sooner than 3 s after the clock's last pass.
+    // 1 node of 8 GPUs, always room. Full passes every 10 s from the tick
+    // after the first submission (1, 11, 21, ...); a submission asks for a
+    // pass at the next second, but no sooner than 3 s after the clock's last
+    // pass.
     let w = workload("1,0,1,600,a,60,false,normal\n2,5,1,600,a,60,false,normal\n3,7,1,600,b,60,false,normal\n4,19,1,600,b,60,false,normal\n");
     let mut cfg = config("1x8", "", PolicyKind::Allot);
     let starts = |cfg: &Config| (1..=4).map(|id| runs_of(&run(&w, cfg), &w, id)[0].start).collect::<Vec<_>>();
     // Without the clock: in the second of the submission.
     assert_eq!(starts(&cfg), vec![0, 5, 7, 19]);
     cfg.main_clock = Some(MainClock { sched_interval: 10, batch_sched_delay: 3 });
-    // 0: the full pass at 0 is this second's already: next tick 1, 3 s after it: 3.
-    // 5: 3 s after the pass at 3: 6. 7: 3 s after 6: 9. 19: the full pass at 20.
-    assert_eq!(starts(&cfg), vec![3, 6, 9, 20]);
+    // 0: the full pass at 1. 5: the next tick, 6 (3 s after 1 already).
+    // 7: 3 s after the pass at 6: 9. 19: the next tick, 20 (3 s after the
+    // full pass at 11), before the full pass at 21.
+    assert_eq!(starts(&cfg), vec![1, 6, 9, 20]);
 }
 
 #[test]
 fn with_slurms_main_clock_a_preemptor_waits_for_the_full_pass_after_protection_ends() {
     // As an_allocated_job_is_protected_for_its_minimum_runtime_then_preempted_by_rank:
     // a's protection ends at 2h (7200 s); nothing tells Slurm, whose next
-    // full pass preempts: with full passes every 700 s from 0, the first
-    // after 7200 s is 7700 s.
+    // full pass preempts: with full passes every 700 s from 1 s, the first
+    // after 7200 s is 7701 s.
     let w = workload("1,0,1,36000,a,7200,true,normal\n2,600,1,3600,b,3600,true,normal\n");
     let mut cfg = config("1x1", "lookback = \"4h\"\ngrace = \"5m\"", PolicyKind::Allot);
     cfg.main_clock = Some(MainClock { sched_interval: 700, batch_sched_delay: 3 });
     let sim = run(&w, &cfg);
     let a = runs_of(&sim, &w, 1);
-    assert_eq!(a[0].ended, RunEnd::Preempted { signal: 7700 }, "{a:?}");
-    assert_eq!(runs_of(&sim, &w, 2)[0].start, 7700 + 300);
+    assert_eq!(a[0].ended, RunEnd::Preempted { signal: 7701 }, "{a:?}");
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, 7701 + 300);
+}
+
+#[test]
+fn a_victim_that_ignores_its_signals_holds_its_gpus_for_kill_wait() {
+    // As an_unallocated_job_yields_at_once...: a's free job is signalled at
+    // 1h and killed at once (no grace for unallocated victims); with
+    // Slurm's KillWait of 5 s its processes, ignoring SIGTERM, hold the
+    // GPUs until SIGKILL: its run ends at 1h, b starts 5 s later.
+    let w = workload("1,0,2,36000,a,0,true,normal\n2,3600,2,3600,b,3600,true,normal\n");
+    let mut cfg = config("1x2", "grace = \"5m\"", PolicyKind::Allot);
+    cfg.kill_wait = 5;
+    let sim = run(&w, &cfg);
+    let a = runs_of(&sim, &w, 1);
+    assert_eq!((a[0].ended, a[0].end), (RunEnd::Preempted { signal: H }, H));
+    assert_eq!(runs_of(&sim, &w, 2)[0].start, H + 5);
 }

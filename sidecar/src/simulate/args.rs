@@ -263,6 +263,9 @@ pub(super) struct RunArgs {
     /// With --sched-interval: how long after the last pass a submission's pass may wait (Slurm's batch_sched_delay, default 3s).
     #[arg(long, value_parser = duration, default_value = "3s", requires = "sched_interval")]
     pub(super) batch_sched_delay: i64,
+    /// How long a preempted job's GPUs stay held after its grace time when it ignores its signals (Slurm's KillWait; a job that exits on its signal frees them at once, the default 0).
+    #[arg(long, value_parser = duration, default_value = "0s")]
+    pub(super) kill_wait: i64,
     /// Stop this long after the first submission (default: when every job is done).
     #[arg(long, value_parser = duration)]
     pub(super) horizon: Option<i64>,

@@ -120,6 +120,13 @@ pub struct Config {
     pub bf_interval: i64,
     /// Stop here (absolute time); `None`: run until every job is done.
     pub horizon: Option<i64>,
+    /// Seconds a preempted job's GPUs stay held after its grace time when
+    /// it does not exit on its signals (Slurm's `KillWait`: SIGKILL comes
+    /// that long after the kill's SIGTERM; the node completes the job
+    /// only then): its run ends at the kill, its preemptor starts this much
+    /// later. 0: the GPUs are free at the kill (a job that exits on its
+    /// signal).
+    pub kill_wait: i64,
     /// When Slurm's main scheduler runs after an event that does not free
     /// GPUs. `None`: at once, in the second of the event (the simulator's
     /// tables: a pass within a second of a submission). `Some`: as
@@ -248,6 +255,7 @@ impl Config {
             default_queue_depth: Reach::SHIPPED.default_queue_depth,
             bf_interval: Reach::SHIPPED.bf_interval,
             horizon: None,
+            kill_wait: 0,
             main_clock: None,
             baseline_limit_factor: 1.0,
             baseline_priority_levels: false,
@@ -668,7 +676,10 @@ impl<'a> Engine<'a> {
             changed_since_backfill: false,
             main_pass_at: None,
             last_clock_pass: i64::MIN / 2,
-            clock_origin: workload.jobs.first().map_or(0, |j| j.submit),
+            // Where slurmctld's full passes fall is unknown (they count
+            // from its start): one comes at the tick after the first
+            // submission, as likely as any other phase.
+            clock_origin: workload.jobs.first().map_or(0, |j| j.submit + 1),
             in_use: 0,
             claimed: 0,
             idle_while_waiting: 0,
@@ -874,7 +885,7 @@ impl<'a> Engine<'a> {
         let full = clock.next_full(self.clock_origin, tick);
         let at = if asked {
             let every = clock.sched_interval.max(1);
-            let last_full = self.clock_origin + (now - self.clock_origin).max(0) / every * every;
+            let last_full = if now < self.clock_origin { i64::MIN / 2 } else { self.clock_origin + (now - self.clock_origin) / every * every };
             let last = self.last_clock_pass.max(last_full);
             full.min(tick.max(last + clock.batch_sched_delay))
         } else {

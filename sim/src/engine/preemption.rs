@@ -830,7 +830,9 @@ impl Engine<'_> {
         job.status = Status::Starting;
         job.alloc = alloc;
         job.owed = owed;
-        let start_at = now + grace;
+        // The victims' runs end at the kill; their GPUs are free once they
+        // are gone, `kill_wait` later if they ignore the signals.
+        let start_at = now + grace + self.cfg.kill_wait.max(0);
         let expected_end = start_at + self.remaining(j);
         self.set_release(j, expected_end);
         let preemptor_leaf = self.jobs[j as usize].leaf;
