@@ -20,7 +20,7 @@ scripts/install-deps.sh --slurm 24.11 makes (DIR must then lie inside that
 root; the daemons see it as DIR without the root's prefix).
 
 Usage:
-  scripts/cluster.sh up DIR [--plugins stock|allot|installed]
+  scripts/cluster.sh up DIR [--plugins stock|multifactor|allot|installed]
   scripts/cluster.sh down DIR
   scripts/cluster.sh env DIR        # eval \"$(scripts/cluster.sh env DIR)\"
   scripts/cluster.sh logs DIR [N]   # last N (default 40) lines of every log
@@ -37,7 +37,9 @@ up       creates DIR if needed, wipes its Slurm state, spool, logs and pids
          DIR/etc/{slurm.conf,gres.conf,slurm-PLUGINS.conf,allot.conf} from
          conf/, starts the daemons and waits until every node is idle.
          --plugins stock (default) uses Slurm's own plugins
-         (conf/slurm-stock.conf); --plugins allot first installs allot's
+         (conf/slurm-stock.conf); --plugins multifactor Slurm's own as a
+         lab runs them (conf/slurm-multifactor.conf: fair share, QOS
+         preemption; needs ALLOT_ACCOUNTING=1); --plugins allot first installs allot's
          plugins from cargo's target/release into DIR/plugins
          (scripts/install-plugins.sh) and uses conf/slurm-allot.conf;
          --plugins installed uses conf/slurm-allot.conf with the plugins

@@ -329,6 +329,7 @@ mod tests {
     #[test]
     fn the_plugins_snippet_is_the_stock_or_allot_one() {
         assert_eq!(Plugins::Stock.snippet_name(), "stock");
+        assert_eq!(Plugins::Multifactor.snippet_name(), "multifactor");
         assert_eq!(Plugins::Allot.snippet_name(), "allot");
         assert_eq!(Plugins::Installed.snippet_name(), "allot");
     }

@@ -11,6 +11,10 @@ use super::Result;
 pub enum Plugins {
     /// Slurm's own (conf/slurm-stock.conf): the baseline.
     Stock,
+    /// Slurm's own as a lab runs them without allot
+    /// (conf/slurm-multifactor.conf: priority/multifactor with fair share,
+    /// preempt/qos); needs accounting, whose slurmdbd the fair share reads.
+    Multifactor,
     /// allot's, built by cargo, installed into DIR/plugins first
     /// (scripts/install-plugins.sh), with conf/slurm-allot.conf.
     Allot,
@@ -24,6 +28,7 @@ impl Plugins {
     pub fn snippet_name(self) -> &'static str {
         match self {
             Plugins::Stock => "stock",
+            Plugins::Multifactor => "multifactor",
             Plugins::Allot | Plugins::Installed => "allot",
         }
     }
@@ -31,9 +36,10 @@ impl Plugins {
     pub fn parse(s: &str) -> Result<Plugins> {
         match s {
             "stock" => Ok(Plugins::Stock),
+            "multifactor" => Ok(Plugins::Multifactor),
             "allot" => Ok(Plugins::Allot),
             "installed" => Ok(Plugins::Installed),
-            _ => Err(format!("--plugins must be stock, allot or installed, not '{s}'")),
+            _ => Err(format!("--plugins must be stock, multifactor, allot or installed, not '{s}'")),
         }
     }
 }

@@ -39,7 +39,7 @@ impl LocalCluster {
             // allot's plugins first: a PluginDir search takes the first
             // file of a name, and an installed package's copies must not
             // shadow the ones under test.
-            Plugins::Stock | Plugins::Allot => format!("{}:{system_plugin_dir}", self.inner.join("plugins").display()),
+            Plugins::Stock | Plugins::Multifactor | Plugins::Allot => format!("{}:{system_plugin_dir}", self.inner.join("plugins").display()),
             Plugins::Installed => {
                 // The directory on this host: inside the release's root, or itself.
                 let on_host = self.release.root.clone().unwrap_or_else(|| PathBuf::from("/")).join(system_plugin_dir.trim_start_matches('/'));
@@ -77,6 +77,7 @@ impl LocalCluster {
             self.dir.display(),
             match s.plugins {
                 Plugins::Stock => "stock",
+                Plugins::Multifactor => "multifactor",
                 Plugins::Allot => "allot",
                 Plugins::Installed => "installed",
             },
@@ -95,6 +96,9 @@ impl LocalCluster {
     fn check_before_up(&self, s: &Settings) -> Result<()> {
         if !nix::unistd::Uid::effective().is_root() {
             return Err("must run as root (SlurmUser=root, mknod)".into());
+        }
+        if s.plugins == Plugins::Multifactor && !s.accounting {
+            return Err("--plugins multifactor needs Slurm's accounting (its fair share comes from slurmdbd): set ALLOT_ACCOUNTING=1".into());
         }
         let release = &self.release.name;
         let in_root = self.release.root.as_ref().map(|r| format!(" in {}", r.display())).unwrap_or_default();
