@@ -70,6 +70,12 @@ pub struct ReplayArgs {
     /// Also write both reports and the differences as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Predict with Slurm's main-scheduler clock (the cluster's
+    /// sched_interval and batch_sched_delay) and its KillWait, rather than
+    /// a pass in the second of every event: closer on 16 nodes, further on
+    /// the 8-node cluster test (docs/src/simulator/fidelity.md).
+    #[arg(long)]
+    slurm_clock: bool,
 }
 
 /// The cluster as Slurm describes it, as the simulator models it.
@@ -518,7 +524,6 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
     let mut cfg = Config::new(cluster.spec, tree.clone(), PolicyKind::Allot);
     cfg.small_job_nodes = cluster.kept;
     cfg.requeue_delay = cluster.requeue_delay;
-    cfg.kill_wait = cluster.kill_wait;
     cfg.checkpoint_interval = every;
     if let Some(&v) = cluster.scheduler.get("bf_interval") {
         cfg.bf_interval = v;
@@ -529,12 +534,16 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
     if let Some(&v) = cluster.scheduler.get("default_queue_depth") {
         cfg.default_queue_depth = v as usize;
     }
-    // Slurm's main scheduler runs on its own clock: a job waits for its pass.
-    let defaults = MainClock::SLURM_DEFAULTS;
-    cfg.main_clock = Some(MainClock {
-        sched_interval: cluster.scheduler.get("sched_interval").copied().unwrap_or(defaults.sched_interval),
-        batch_sched_delay: cluster.scheduler.get("batch_sched_delay").copied().unwrap_or(defaults.batch_sched_delay),
-    });
+    if a.slurm_clock {
+        // Slurm's main scheduler runs on its own clock: a job waits for its
+        // pass; a victim ignoring SIGTERM holds its GPUs for KillWait.
+        let defaults = MainClock::SLURM_DEFAULTS;
+        cfg.main_clock = Some(MainClock {
+            sched_interval: cluster.scheduler.get("sched_interval").copied().unwrap_or(defaults.sched_interval),
+            batch_sched_delay: cluster.scheduler.get("batch_sched_delay").copied().unwrap_or(defaults.batch_sched_delay),
+        });
+        cfg.kill_wait = cluster.kill_wait;
+    }
     let prepared = prepare::prepare(&scaled, &tree, cluster.spec, cluster.kept);
     let predicted = simulate_prepared(&scaled, &cfg, prepared, &mut |_| {}).report;
     let (text, mut json) = compare(&actual, &predicted);
@@ -547,6 +556,7 @@ pub fn run(a: ReplayArgs, ledger: Option<&Path>) -> anyhow::Result<ExitCode> {
         "kept_nodes": cluster.kept,
         "requeue_delay_s": cluster.requeue_delay,
         "kill_wait_s": cluster.kill_wait,
+        "slurm_clock": a.slurm_clock,
         "checkpoint_interval_s": every,
         "scheduler": cluster.scheduler,
         "jobs": submitted.len(),
