@@ -162,7 +162,7 @@ pub struct Config {
 }
 
 /// Slurm's main scheduler's clock, as slurmctld's background loop keeps it
-/// (22.05 to 26.05, `_slurmctld_background`): every second it runs a pass
+/// (`_slurmctld_background`, read in 22.05.8's source and a 24.x one): every second it runs a pass
 /// over the whole queue once `sched_interval` has gone by since the last
 /// full pass, or, when a submission asked for one, once `batch_sched_delay`
 /// has gone by since its last pass. A job's end runs a pass at once (its
@@ -186,6 +186,12 @@ impl MainClock {
     pub fn next_full(&self, origin: i64, t: i64) -> i64 {
         let every = self.sched_interval.max(1);
         origin + ((t - origin).max(0) + every - 1) / every * every
+    }
+
+    /// The last full pass at or before `t`, if the clock had one by then.
+    pub fn last_full(&self, origin: i64, t: i64) -> Option<i64> {
+        let every = self.sched_interval.max(1);
+        (t >= origin).then(|| origin + (t - origin) / every * every)
     }
 }
 
@@ -884,9 +890,7 @@ impl<'a> Engine<'a> {
         let tick = now + 1;
         let full = clock.next_full(self.clock_origin, tick);
         let at = if asked {
-            let every = clock.sched_interval.max(1);
-            let last_full = if now < self.clock_origin { i64::MIN / 2 } else { self.clock_origin + (now - self.clock_origin) / every * every };
-            let last = self.last_clock_pass.max(last_full);
+            let last = self.last_clock_pass.max(clock.last_full(self.clock_origin, now).unwrap_or(i64::MIN / 2));
             full.min(tick.max(last + clock.batch_sched_delay))
         } else {
             full
